@@ -1,0 +1,1 @@
+"""Recorded demonstrations and rollouts: the in-memory episode and its on-disk store."""

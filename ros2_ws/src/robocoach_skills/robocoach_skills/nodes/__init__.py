@@ -1,0 +1,1 @@
+"""ROS 2 nodes of the robot side: thin adapters over the rclpy-free library code."""

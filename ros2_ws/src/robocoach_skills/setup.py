@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+package_name = "robocoach_skills"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="RoboCoach maintainers",
+    maintainer_email="maintainers@robocoach.dev",
+    description="Robot side of RoboCoach: the MuJoCo embedded robot, skill library and task suites, expert ",
+    license="Apache-2.0",
+    entry_points={"console_scripts": []},
+)
