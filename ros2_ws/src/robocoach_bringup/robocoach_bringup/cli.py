@@ -1,0 +1,42 @@
+"""The `robocoach` command line: one command, a subcommand per job, options built from dataclasses.
+
+robocoach demo --quick          # the main job, small profile
+robocoach demo --help           # every option with its default
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import tyro
+
+from robocoach_bringup.demo import DemoConfig, run_demo
+
+
+def _demo(config: DemoConfig) -> int:
+    outcomes = run_demo(config)
+    missing = [o.name for o in outcomes if o.status == "missing"]
+    print(f"report: {config.output / 'report.md'}")
+    if missing:
+        print(f"stages not built yet (skipped): {', '.join(missing)}")
+    return 0
+
+
+COMMANDS = {"demo": (DemoConfig, _demo)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    config = tyro.extras.subcommand_cli_from_dict(
+        {name: config_type for name, (config_type, _) in COMMANDS.items()},
+        args=argv,
+        prog="robocoach",
+        description="RoboCoach: coach modular robot skill experts with a world model (the RIDI loop).",
+    )
+    handler = next(run for config_type, run in COMMANDS.values() if isinstance(config, config_type))
+    return handler(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

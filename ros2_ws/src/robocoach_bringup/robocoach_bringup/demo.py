@@ -1,0 +1,132 @@
+"""The main job on the embedded default: bootstrap -> RIDI rounds -> evaluation -> report.
+
+Each stage is a plain function over (config, results so far). Stages whose code does not exist yet
+are listed with the work item that will bring them, and the run says plainly that they were skipped:
+the report never pretends a stage ran.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from robocoach_skills.constants import ROBOTS
+
+log = logging.getLogger("robocoach.demo")
+
+
+@dataclass
+class DemoConfig:
+    """Run the main job on the embedded default (MuJoCo robot) and write a report folder."""
+
+    output: Path = Path("runs/demo")  # report folder: report.md, report.json, plots
+    robots: tuple[str, ...] = ROBOTS  # embodiments to run, from ROBOTS
+    quick: bool = False  # the small profile: fewer demos, rollouts and rounds
+    seed: int = 0  # seeds every stage
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.robots if r not in ROBOTS]
+        if unknown:
+            raise ValueError(f"unknown robots {unknown}; known robots: {', '.join(ROBOTS)}")
+
+
+StageFn = Callable[[DemoConfig, dict], dict]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    summary: str
+    run: StageFn | None = None  # None: not built yet
+    missing_until: str = ""  # the work item that brings a missing stage
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: str  # "done", "missing" or "failed"
+    seconds: float = 0.0
+    results: dict = field(default_factory=dict)
+    note: str = ""
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "bootstrap_demos",
+        "scripted operator records a small demo budget per skill on the MuJoCo scene",
+        missing_until="The embedded default robot (MuJoCo scenes, skills, task suites, scripted operator)",
+    ),
+    Stage(
+        "bootstrap_experts",
+        "train the shared backbone and one adapter per skill on the bootstrap demos",
+        missing_until="Skill experts: shared backbone + per-skill LoRA adapters",
+    ),
+    Stage(
+        "ridi_rounds",
+        "Route -> Imagine -> Diagnose -> Improve rounds through the ROS graph",
+        missing_until="CoachWorld and the progress judge; The RIDI coach and the main job end to end",
+    ),
+    Stage(
+        "evaluation",
+        "deployed success per composition and budget, imagined vs deployed agreement",
+        missing_until="The RIDI coach and the main job end to end",
+    ),
+)
+
+
+def run_demo(config: DemoConfig, stages: tuple[Stage, ...] = STAGES) -> list[StageResult]:
+    """Run every available stage in order, then write the report; a failed stage stops the run."""
+    config.output.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    outcomes: list[StageResult] = []
+    for stage in stages:
+        if stage.run is None:
+            log.warning(
+                "stage %-18s MISSING: %s (comes with: %s)", stage.name, stage.summary, stage.missing_until
+            )
+            outcomes.append(StageResult(stage.name, "missing", note=stage.missing_until))
+            continue
+        log.info("stage %-18s running: %s", stage.name, stage.summary)
+        start = time.perf_counter()
+        try:
+            results[stage.name] = stage.run(config, results)
+        except Exception as error:
+            outcomes.append(StageResult(stage.name, "failed", time.perf_counter() - start, note=repr(error)))
+            write_report(config, outcomes)
+            raise
+        outcomes.append(StageResult(stage.name, "done", time.perf_counter() - start, results[stage.name]))
+        log.info("stage %-18s done in %.1f s", stage.name, outcomes[-1].seconds)
+    write_report(config, outcomes)
+    return outcomes
+
+
+def write_report(config: DemoConfig, outcomes: list[StageResult]) -> Path:
+    """report.json (every figure) and report.md (the same, for a person), in config.output."""
+    report = {
+        "config": {**asdict(config), "output": str(config.output)},
+        "stages": [asdict(o) for o in outcomes],
+        "missing_stages": [o.name for o in outcomes if o.status == "missing"],
+    }
+    (config.output / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    lines = [
+        "# RoboCoach demo report",
+        "",
+        f"Robots: {', '.join(config.robots)}; quick: {config.quick}; seed: {config.seed}",
+        "",
+        "| stage | status | time [s] | note |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {o.name} | {o.status} | {o.seconds:.1f} | {o.note} |" for o in outcomes]
+    missing = report["missing_stages"]
+    if missing:
+        lines += ["", f"**Not run because not built yet:** {', '.join(missing)}. The main job is incomplete."]
+    for outcome in outcomes:
+        if outcome.status == "done" and outcome.results.get("markdown"):
+            lines += ["", f"## {outcome.name}", "", outcome.results["markdown"]]
+    path = config.output / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
