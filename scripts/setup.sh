@@ -47,4 +47,4 @@ else
 fi
 
 bash "$ROOT/scripts/build_ws.sh" "$ROOT/ros2_ws"
-say "ready. In a new shell: source $ROOT/env.sh   (or run $ROOT/bin/robocoach --help)"
+say "done in ${SECONDS} s. In a new shell: source $ROOT/env.sh   (or run $ROOT/bin/robocoach --help)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from rclpy.action import ActionClient
 from rclpy.qos import QoSDurabilityPolicy, QoSProfile, QoSReliabilityPolicy
+
 from robocoach_bringup.interface_check import (
     action_types,
     digest,
@@ -38,7 +39,7 @@ def test_every_interface_is_covered():
         "CoachRound", "DemoEpisode", "DemoRequest", "ExpertInfo", "FailureRecord",
         "JudgeVerdict", "Subtask", "SubtaskProgress", "TaskComposition",
     }  # fmt: skip
-    assert set(service_types()) == {"GetExperts", "JudgeRollout", "LoadAdapter"}
+    assert set(service_types()) == {"GetExperts", "JudgeRollout", "LoadAdapter", "ResetScene"}
     assert set(action_types()) == {"CollectDemo", "ExecuteTask", "Imagine"}
 
 

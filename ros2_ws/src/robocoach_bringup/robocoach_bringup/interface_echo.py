@@ -15,7 +15,6 @@ from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSDurabilityPolicy, QoSProfile, QoSReliabilityPolicy
-from robocoach_skills.nodes.spin import spin_node
 
 from robocoach_bringup.interface_check import (
     action_types,
@@ -24,6 +23,7 @@ from robocoach_bringup.interface_check import (
     message_types,
     service_types,
 )
+from robocoach_skills.nodes.spin import spin_node
 
 ECHO_QOS = QoSProfile(
     depth=10, reliability=QoSReliabilityPolicy.RELIABLE, durability=QoSDurabilityPolicy.VOLATILE
