@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import rclpy
@@ -74,6 +75,17 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+@dataclass
+class NodeProcess:
+    """A node under test: its process and everything it has printed so far."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
 @contextmanager
 def running_node(
     probe: Node,
@@ -83,13 +95,16 @@ def running_node(
     parameters: dict | None = None,
     extra_args: list[str] | None = None,
     timeout_s: float = 30.0,
-) -> Iterator[subprocess.Popen]:
+) -> Iterator[NodeProcess]:
     """Run `executable` of `package` until the with-block ends; yield once `node_name` is discoverable."""
     command = [str(node_executable(package, executable)), *(extra_args or [])]
     if parameters:
         command += _parameter_args(parameters)
     with tempfile.NamedTemporaryFile("w+", prefix=f"{executable}-", suffix=".log") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RCUTILS_LOGGING_BUFFERED_STREAM": "0"}
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout_s
             while node_name not in probe.get_node_names():
@@ -102,6 +117,6 @@ def running_node(
                     )
                     raise RuntimeError(f"{executable} {state} after start; its log:\n{log.read()}")
                 time.sleep(0.1)
-            yield process
+            yield NodeProcess(process, Path(log.name))
         finally:
             _stop(process)

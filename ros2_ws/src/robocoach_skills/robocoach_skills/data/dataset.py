@@ -1,0 +1,162 @@
+"""Per-step training samples from an episode store, as a torch Dataset.
+
+Sample i is step t of one episode: the frame(s) observed up to t, and the chunk of actions the
+policy should emit from t on. Episodes are read lazily (an LRU cache of decoded episodes per
+process) so the dataset is cheap to build and to send to DataLoader workers.
+
+    config = DatasetConfig(chunk_len=8, robot="franka", skill="pick")
+    loader = DataLoader(EpisodeDataset(EpisodeStore(root), config), batch_size=64, num_workers=4)
+    batch = next(iter(loader))  # batch["image"]: (64, 3, H, W) float in [0, 1]
+
+Sample keys (shapes without the batch axis; with history > 1 image and proprio gain a leading
+(history,) axis, oldest first, padded by repeating the episode's first frame):
+
+    image          (3, H, W) float32    frame t, RGB in [0, 1]
+    proprio        (D,) float32         joint positions [rad] + gripper opening at t
+    action_chunk   (chunk_len, D) f32   actions t .. t+chunk_len-1, the last one repeated past the end
+    action_mask    (chunk_len,) bool    True where action_chunk holds a real (not repeated) action
+    progress       () float32           ground-truth progress of the active subtask at t
+    subtask_index  () int64             index of the active subtask at t
+    done           () float32           1.0 where the active subtask completes at t (see `done_flags`)
+    episode_id     () int64             the store index of the episode (123 for "episode_000123")
+    frame_index    () int64             t
+    robot_id       () int64             index into constants.ROBOTS
+With `pad_channels` set, D is action_contract.ACTION_DIM for every robot (joints, zeros, gripper
+last) and `channel_mask` (ACTION_DIM,) bool marks the robot's real channels, so both arms share a batch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from robocoach_skills import action_contract
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO, ROBOTS
+from robocoach_skills.data.episode import EPISODE_KINDS, Episode
+from robocoach_skills.data.store import EpisodeStore, episode_index
+
+# Sample keys besides the observation keys from constants (candidates for constants.py).
+KEY_ACTION_CHUNK = "action_chunk"
+KEY_ACTION_MASK = "action_mask"
+KEY_PROGRESS = "progress"
+KEY_SUBTASK_INDEX = "subtask_index"
+KEY_DONE = "done"
+KEY_EPISODE_ID = "episode_id"
+KEY_FRAME_INDEX = "frame_index"
+KEY_ROBOT_ID = "robot_id"
+KEY_CHANNEL_MASK = "channel_mask"
+
+
+@dataclass
+class DatasetConfig:
+    """Which episodes to serve and how to cut them into samples."""
+
+    chunk_len: int = 16  # actions per sample (action chunking); 1 = single-step behaviour cloning
+    history: int = 1  # frames per sample ending at t; 1 = no time axis on image/proprio
+    robot: str | None = None  # keep only this robot's episodes (one of constants.ROBOTS); None = all
+    skill: str | None = None  # keep episodes with a subtask of this skill; None = all
+    kind: str | None = None  # "demo" or "rollout"; None = both
+    success: bool | None = None  # keep only successful (True) or failed (False) episodes; None = all
+    pad_channels: bool = False  # pad proprio/actions to action_contract.ACTION_DIM (to batch both arms)
+    cache_episodes: int = 8  # decoded episodes kept per process (each DataLoader worker has its own)
+
+    def __post_init__(self) -> None:
+        if self.chunk_len < 1:
+            raise ValueError(f"chunk_len must be >= 1, got {self.chunk_len!r}")
+        if self.history < 1:
+            raise ValueError(f"history must be >= 1, got {self.history!r}")
+        if self.robot is not None and self.robot not in ROBOTS:
+            raise ValueError(f"robot {self.robot!r} is not one of {ROBOTS}")
+        if self.kind is not None and self.kind not in EPISODE_KINDS:
+            raise ValueError(f"kind {self.kind!r} is not one of {EPISODE_KINDS}")
+        if self.cache_episodes < 1:
+            raise ValueError(f"cache_episodes must be >= 1, got {self.cache_episodes!r}")
+
+
+def done_flags(subtask_index: np.ndarray, success: bool) -> np.ndarray:
+    """(T,) float32: 1 at the last step of each completed subtask segment, else 0.
+
+    A segment ends where the next frame's subtask differs; the episode's final segment counts as
+    completed only if the episode succeeded (a failed rollout stops mid-subtask).
+
+    >>> done_flags(np.array([0, 0, 1, 1, 1]), success=False).tolist()
+    [0.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    done = np.zeros(len(subtask_index), dtype=np.float32)
+    done[:-1] = subtask_index[1:] != subtask_index[:-1]
+    done[-1] = float(success)
+    return done
+
+
+class EpisodeDataset(Dataset):
+    """Every step of every matching episode in a store, as a dict of tensors (keys: module docstring).
+
+    The episode list is fixed when the dataset is built; episodes added later are not seen.
+    """
+
+    def __init__(self, store: EpisodeStore, config: DatasetConfig | None = None) -> None:
+        self.store = store
+        self.config = config or DatasetConfig()
+        c = self.config
+        metas = list(store.iter_meta(kind=c.kind, robot=c.robot, skill=c.skill, success=c.success))
+        self.episode_ids = [m.episode_id for m in metas]
+        self._starts = np.cumsum([0] + [m.length for m in metas])  # sample index of each episode's step 0
+        self._cache: OrderedDict[str, tuple[Episode, np.ndarray]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample {index} out of range for a dataset of {len(self)}")
+        k = int(np.searchsorted(self._starts, index, side="right")) - 1
+        episode_id, t = self.episode_ids[k], index - int(self._starts[k])
+        episode, done = self._load(episode_id)
+        c = self.config
+        n = len(episode)
+
+        frames = np.clip(np.arange(t - c.history + 1, t + 1), 0, None)  # (history,)
+        steps = np.arange(t, t + c.chunk_len)  # (chunk_len,)
+        images = torch.from_numpy(episode.images[frames]).permute(0, 3, 1, 2).float() / 255.0  # (h, 3, H, W)
+        proprio = torch.from_numpy(episode.proprio[frames])  # (h, D)
+        action_chunk = torch.from_numpy(episode.actions[np.minimum(steps, n - 1)])  # (chunk_len, D)
+        if c.history == 1:
+            images, proprio = images[0], proprio[0]
+
+        sample = {
+            OBS_IMAGE: images,
+            OBS_PROPRIO: proprio,
+            KEY_ACTION_CHUNK: action_chunk,
+            KEY_ACTION_MASK: torch.from_numpy(steps < n),
+            KEY_PROGRESS: torch.tensor(episode.progress[t], dtype=torch.float32),
+            KEY_SUBTASK_INDEX: torch.tensor(int(episode.subtask_index[t])),
+            KEY_DONE: torch.tensor(done[t]),
+            KEY_EPISODE_ID: torch.tensor(episode_index(episode_id)),
+            KEY_FRAME_INDEX: torch.tensor(t),
+            KEY_ROBOT_ID: torch.tensor(ROBOTS.index(episode.robot)),
+        }
+        if c.pad_channels:
+            robot = episode.robot
+            sample[OBS_PROPRIO] = torch.from_numpy(action_contract.pad(robot, sample[OBS_PROPRIO].numpy()))
+            sample[KEY_ACTION_CHUNK] = torch.from_numpy(action_contract.pad(robot, action_chunk.numpy()))
+            sample[KEY_CHANNEL_MASK] = torch.from_numpy(action_contract.channel_mask(robot))
+        return sample
+
+    def _load(self, episode_id: str) -> tuple[Episode, np.ndarray]:
+        """The decoded episode and its done flags, through a per-process LRU cache."""
+        if episode_id in self._cache:
+            self._cache.move_to_end(episode_id)
+        else:
+            episode = self.store.get(episode_id)
+            self._cache[episode_id] = episode, done_flags(episode.subtask_index, episode.success)
+            while len(self._cache) > self.config.cache_episodes:
+                self._cache.popitem(last=False)
+        return self._cache[episode_id]
+
+    def __getstate__(self) -> dict:
+        """Send workers an empty cache: decoded episodes would cost more to pickle than to reload."""
+        return {**self.__dict__, "_cache": OrderedDict()}
