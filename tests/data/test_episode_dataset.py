@@ -43,7 +43,9 @@ def test_sample_shapes_dtypes_and_values(store):
         "frame_index": ((), torch.int64),
         "robot_id": ((), torch.int64),
     }
-    assert {k: (tuple(v.shape), v.dtype) for k, v in sample.items()} == expected
+    tensors = {k: (tuple(v.shape), v.dtype) for k, v in sample.items() if isinstance(v, torch.Tensor)}
+    assert tensors == expected
+    assert set(sample) == {*expected, "skill"}
     assert torch.equal(sample["image"], torch.from_numpy(episode.images[5]).permute(2, 0, 1) / 255.0)
     assert sample["image"].min() >= 0.0 and sample["image"].max() <= 1.0
     assert torch.equal(sample["proprio"], torch.from_numpy(episode.proprio[5]))
@@ -128,3 +130,11 @@ def test_dataloader_workers_see_every_step_once(store):
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=repr(value)):
         DatasetConfig(**{field: value})
+
+
+def test_samples_name_the_active_skill(store):
+    dataset = EpisodeDataset(store, DatasetConfig(robot="franka"))
+    episode = store.get(store.ids(robot="franka")[0])
+    skills = [dataset[t]["skill"] for t in range(len(episode))]
+    assert skills == [episode.composition.subtasks[i].skill for i in episode.subtask_index]
+    assert set(skills) == {"pick", "place"}

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from robocoach_skills.constants import ROBOTS
 
 
+class UnknownSkillError(LookupError):
+    """A skill no expert serves; the message names the known skills."""
+
+
 @dataclass(frozen=True)
 class Subtask:
     """One step of a composition."""

@@ -14,6 +14,18 @@ OBS_IMAGE = "image"  # (H, W, 3) uint8 RGB camera frame
 OBS_PROPRIO = "proprio"  # (n_joints + 1,) float32 joint positions [rad] + gripper opening [0..1]
 OBS_PRIVILEGED = "privileged"  # dict of ground-truth scene state; never given to learners
 
+# Training-sample / batch keys (the episode dataset yields them, experts and judges consume them).
+KEY_ACTION_CHUNK = "action_chunk"  # (K, ACTION_DIM) padded future actions: joint targets + gripper
+KEY_ACTION_MASK = "action_mask"  # (K,) True where the chunk step lies inside the episode
+KEY_CHANNEL_MASK = "channel_mask"  # (ACTION_DIM,) True on the robot's real channels
+KEY_PROGRESS = "progress"  # () ground-truth progress of the active subtask, 0..1
+KEY_SUBTASK_INDEX = "subtask_index"  # () index of the active subtask
+KEY_DONE = "done"  # () 1.0 where the active subtask completes
+KEY_EPISODE_ID = "episode_id"  # () store index of the episode
+KEY_FRAME_INDEX = "frame_index"  # () step within the episode
+KEY_ROBOT_ID = "robot_id"  # () index into ROBOTS
+KEY_SKILL = "skill"  # skill name of the active subtask (batched: list of names or long indices)
+
 # Topic, service and action names of the ROS graph.
 TOPIC_JOINT_STATES = "/robocoach/robot/joint_states"
 TOPIC_CAMERA = "/robocoach/robot/camera/image_raw"
@@ -22,6 +34,10 @@ TOPIC_DEMO_REQUESTS = "/robocoach/operator/demo_requests"
 TOPIC_DEMO_EPISODES = "/robocoach/operator/demo_episodes"
 TOPIC_COACH_ROUND = "/robocoach/coach/round"
 TOPIC_IMAGINED_FRAMES = "/robocoach/world/imagined/image"
+SERVICE_RESET_SCENE = "/robocoach/robot/reset_scene"
+
+# JointState name of the gripper channel; its position is the opening fraction 0 (closed) .. 1 (open).
+GRIPPER_JOINT = "gripper"
 
 # Frame ids.
 FRAME_WORLD = "world"

@@ -21,6 +21,7 @@ Sample keys (shapes without the batch axis; with history > 1 image and proprio g
     episode_id     () int64             the store index of the episode (123 for "episode_000123")
     frame_index    () int64             t
     robot_id       () int64             index into constants.ROBOTS
+    skill          str                  skill of the active subtask (a DataLoader batches these as a list)
 With `pad_channels` set, D is action_contract.ACTION_DIM for every robot (joints, zeros, gripper
 last) and `channel_mask` (ACTION_DIM,) bool marks the robot's real channels, so both arms share a batch.
 """
@@ -35,20 +36,23 @@ import torch
 from torch.utils.data import Dataset
 
 from robocoach_skills import action_contract
-from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO, ROBOTS
+from robocoach_skills.constants import (
+    KEY_ACTION_CHUNK,
+    KEY_ACTION_MASK,
+    KEY_CHANNEL_MASK,
+    KEY_DONE,
+    KEY_EPISODE_ID,
+    KEY_FRAME_INDEX,
+    KEY_PROGRESS,
+    KEY_ROBOT_ID,
+    KEY_SKILL,
+    KEY_SUBTASK_INDEX,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+    ROBOTS,
+)
 from robocoach_skills.data.episode import EPISODE_KINDS, Episode
 from robocoach_skills.data.store import EpisodeStore, episode_index
-
-# Sample keys besides the observation keys from constants (candidates for constants.py).
-KEY_ACTION_CHUNK = "action_chunk"
-KEY_ACTION_MASK = "action_mask"
-KEY_PROGRESS = "progress"
-KEY_SUBTASK_INDEX = "subtask_index"
-KEY_DONE = "done"
-KEY_EPISODE_ID = "episode_id"
-KEY_FRAME_INDEX = "frame_index"
-KEY_ROBOT_ID = "robot_id"
-KEY_CHANNEL_MASK = "channel_mask"
 
 
 @dataclass
@@ -138,6 +142,7 @@ class EpisodeDataset(Dataset):
             KEY_EPISODE_ID: torch.tensor(episode_index(episode_id)),
             KEY_FRAME_INDEX: torch.tensor(t),
             KEY_ROBOT_ID: torch.tensor(ROBOTS.index(episode.robot)),
+            KEY_SKILL: episode.composition.subtasks[int(episode.subtask_index[t])].skill,
         }
         if c.pad_channels:
             robot = episode.robot

@@ -1,0 +1,139 @@
+"""Configuration of the skill experts: one dataclass for the model, its adapters and their training.
+
+Sizes are chosen so a library trains on a laptop CPU in seconds to minutes at 64x64 frames; every
+field that shapes a tensor is part of `adapter_signature`, which artifacts store and check on load.
+
+>>> cfg = ExpertConfig(lora_rank=8, lora_alpha=16.0)
+>>> cfg.lora_scaling
+2.0
+>>> cfg.backbone_layer_names()
+('conv0', 'conv1', 'conv2', 'proprio', 'fuse', 'trunk')
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from robocoach_skills.action_contract import ACTION_DIM
+
+# Names of the backbone layers that are not convolutions (see model.Backbone).
+DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
+
+
+@dataclass
+class ExpertConfig:
+    """Shared backbone, per-skill LoRA adapters and heads, and the optimiser of both training phases."""
+
+    # Inputs.
+    image_size: int = 64  # frames are (3, image_size, image_size) float in [0, 1]
+    image_channels: int = 3  # RGB
+    # Backbone: a stride-2 conv stack, spatial soft-argmax keypoints, an MLP over padded proprio.
+    conv_channels: tuple[int, ...] = (32, 64, 64)  # output channels of conv0, conv1, ...
+    conv_kernel: int = 3  # square kernel of every conv layer (padding keeps "same" before the stride)
+    norm_groups: int = 8  # GroupNorm groups after each conv (no running stats: train == eval)
+    proprio_hidden: int = 64  # width of the proprio projection
+    robot_embed_dim: int = 16  # width of the learned embodiment embedding
+    embed_dim: int = 128  # backbone feature width fed to the heads
+    # Per-skill LoRA adapters.
+    lora_rank: int = 4  # r: rank of each low-rank update
+    lora_alpha: float = 8.0  # the update is scaled by alpha / r
+    lora_layers: tuple[str, ...] = ("conv1", "conv2", "fuse", "trunk")  # backbone layers that get LoRA
+    # Per-skill heads.
+    chunk_len: int = 8  # K: future actions predicted per step (action chunking)
+    action_scale: float = 0.1  # typical |action - proprio| in a chunk [rad]: the action L1 counts in these
+    head_hidden: int = 128  # hidden width of each skill's head MLP
+    done_bias_init: float = -4.0  # initial done logit: a fresh expert says "not done" (p ~ 0.018)
+    # Loss.
+    done_weight: float = 0.1  # weight of the done BCE; at 1.0 its gradients swamp the L1 in shared layers
+    done_pos_weight: float = 5.0  # BCE weight of positive done labels (they are rare: ~1 per subtask)
+    # Training.
+    freeze_backbone: bool = True  # after pretraining, adapter updates leave the backbone untouched
+    lr: float = 1e-3  # AdamW learning rate (pretraining and adapter updates)
+    weight_decay: float = 0.0  # AdamW decoupled decay; 0 leaves directions without gradient unchanged
+    grad_clip: float = 1.0  # max global gradient norm
+    seed: int = 0  # initialises the backbone; each skill's adapter and head add a hash of its name
+
+    def __post_init__(self) -> None:
+        self.conv_channels = tuple(self.conv_channels)
+        self.lora_layers = tuple(self.lora_layers)
+        positive = (
+            "image_size",
+            "image_channels",
+            "conv_kernel",
+            "norm_groups",
+            "proprio_hidden",
+            "robot_embed_dim",
+            "embed_dim",
+            "lora_rank",
+            "chunk_len",
+            "head_hidden",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not self.conv_channels or any(c < 1 for c in self.conv_channels):
+            raise ValueError(f"conv_channels must be non-empty positive ints, got {self.conv_channels!r}")
+        if any(c % self.norm_groups for c in self.conv_channels):
+            raise ValueError(
+                f"norm_groups={self.norm_groups!r} must divide conv_channels {self.conv_channels!r}"
+            )
+        if self.conv_kernel % 2 == 0:
+            raise ValueError(f"conv_kernel must be odd (symmetric padding), got {self.conv_kernel!r}")
+        if self.image_size < 2 ** len(self.conv_channels):
+            n = len(self.conv_channels)
+            raise ValueError(f"image_size={self.image_size!r} is too small for {n} stride-2 convs")
+        unknown = [n for n in self.lora_layers if n not in self.backbone_layer_names()]
+        if unknown or len(set(self.lora_layers)) != len(self.lora_layers):
+            raise ValueError(
+                f"lora_layers {self.lora_layers!r} must be distinct names from {self.backbone_layer_names()}"
+            )
+        for name in ("lora_alpha", "lr", "action_scale"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("done_weight", "done_pos_weight", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def lora_scaling(self) -> float:
+        return self.lora_alpha / self.lora_rank
+
+    def backbone_layer_names(self) -> tuple[str, ...]:
+        """Every backbone layer LoRA can target, input to output."""
+        return tuple(f"conv{i}" for i in range(len(self.conv_channels))) + DENSE_LAYERS
+
+    def adapter_signature(self) -> dict[str, Any]:
+        """The fields that fix an adapter's tensor shapes and meaning (stored with it, checked on load)."""
+        keys = (
+            "image_channels",
+            "conv_channels",
+            "conv_kernel",
+            "proprio_hidden",
+            "robot_embed_dim",
+            "embed_dim",
+            "lora_rank",
+            "lora_alpha",
+            "lora_layers",
+            "chunk_len",
+            "action_scale",
+            "head_hidden",
+        )
+        return {"action_dim": ACTION_DIM, **{k: _jsonable(getattr(self, k)) for k in keys}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _jsonable(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExpertConfig:
+        """Inverse of `to_dict`; unknown keys are an error (they mean a newer or foreign config)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown ExpertConfig fields {unknown!r}")
+        return cls(**d)
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value

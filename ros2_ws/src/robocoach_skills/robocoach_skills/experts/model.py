@@ -1,0 +1,376 @@
+"""Skill experts: a shared backbone, and per skill a LoRA adapter on the backbone plus a small head.
+
+    frame (B,3,64,64) -> conv stack -> soft-argmax keypoints --+
+    proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk -> features (B,128)
+    robot_id (B,) -> embedding -------------------------------+        (LoRA of the active skill on
+                                                                         conv1, conv2, fuse, trunk)
+    features -> head[skill] -> action deltas (B,K,8) + done logit (B,)
+
+What the head predicts: the chunk *relative to the current proprio* (action_k - proprio), and the
+absolute joint targets are proprio + delta. Targets are absolute joint positions, so the delta
+carries the same information, but it is small and centred whatever the arm's configuration, is
+comparable across both arms, and makes the zero-initialised output layer of a fresh head command
+"hold the current position" (with done ~ 0) instead of driving the arm to the zero configuration.
+
+The adapter is passed to the backbone per call (see lora.py), so a batch for skill X reads only X's
+adapter and head. Padded channels (the PiPER arm's 7th joint) are masked out of the loss and
+zeroed in the returned actions.
+
+    lib = ExpertLibrary(ExpertConfig(), skills=("pick", "place"))
+    loss, parts = lib(batch, "pick")                           # training (batch keys: KEY_* below)
+    chunk, done_prob = lib.select_action(obs, "pick")          # (B, K, 8), (B,)
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812 (the torch idiom)
+from torch import nn
+
+from robocoach_skills.action_contract import ACTION_DIM, channel_mask
+from robocoach_skills.composition import UnknownSkillError
+from robocoach_skills.constants import (
+    KEY_ACTION_CHUNK,
+    KEY_ACTION_MASK,
+    KEY_DONE,
+    KEY_ROBOT_ID,
+    KEY_SKILL,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+    ROBOTS,
+)
+from robocoach_skills.experts.config import ExpertConfig
+from robocoach_skills.experts.lora import LoRAAdapter, LoRAConv2d, LoRALinear, LowRank
+
+Batch = Mapping[str, Any]
+SKILL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block (module construction) with a fixed CPU RNG, leaving the global RNG untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def skill_seed(base: int, skill: str) -> int:
+    """Seed of a skill's fresh adapter and head: independent of the order skills are added."""
+    return base + zlib.crc32(skill.encode())
+
+
+class SpatialSoftArgmax(nn.Module):
+    """(B, C, H, W) -> (B, 2C): each channel's expected (x, y) in [-1, 1] under a softmax over pixels.
+
+    Keypoints keep *where* things are (what manipulation needs), unlike global pooling, and make the
+    feature width independent of the image size. The temperature is learned.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        attn = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, c, h, w)
+        xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype)  # (W,)
+        ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype)  # (H,)
+        kx = (attn.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
+        ky = (attn.sum(dim=3) * ys).sum(dim=-1)  # (B, C)
+        return torch.cat([kx, ky], dim=-1)  # (B, 2C)
+
+
+class Backbone(nn.Module):
+    """Frame + padded proprio + embodiment -> features (B, embed_dim); LoRA-able by layer name."""
+
+    def __init__(self, config: ExpertConfig) -> None:
+        super().__init__()
+        c = config
+        self.lora_targets = c.lora_layers
+        self.lora_rank, self.lora_alpha = c.lora_rank, c.lora_alpha
+        chans = (c.image_channels, *c.conv_channels)
+        self.convs = nn.ModuleList(
+            LoRAConv2d(i, o, c.conv_kernel, stride=2, padding=c.conv_kernel // 2) for i, o in pairwise(chans)
+        )
+        self.norms = nn.ModuleList(nn.GroupNorm(c.norm_groups, o) for o in c.conv_channels)
+        self.keypoints = SpatialSoftArgmax()
+        self.proprio = LoRALinear(ACTION_DIM, c.proprio_hidden)
+        self.robot_embed = nn.Embedding(len(ROBOTS), c.robot_embed_dim)
+        self.fuse = LoRALinear(2 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim, c.embed_dim)
+        self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
+
+    def new_adapter(self) -> LoRAAdapter:
+        """A fresh (identity) adapter for the configured `lora_layers`, on the current default device."""
+        layers = {f"conv{i}": conv for i, conv in enumerate(self.convs)}
+        layers |= {"proprio": self.proprio, "fuse": self.fuse, "trunk": self.trunk}
+        return LoRAAdapter({n: layers[n] for n in self.lora_targets}, self.lora_rank, self.lora_alpha)
+
+    def forward(
+        self,
+        image: torch.Tensor,
+        proprio: torch.Tensor,
+        robot_id: torch.Tensor,
+        adapter: LoRAAdapter | None = None,
+    ) -> torch.Tensor:
+        def lora(name: str) -> LowRank | None:
+            return adapter.get(name) if adapter is not None else None
+
+        x = image  # (B, 3, H, W)
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            x = F.relu(norm(conv(x, lora(f"conv{i}"))))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
+        vision = self.keypoints(x)  # (B, 2 * C_last)
+        p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
+        r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
+        h = F.relu(self.fuse(torch.cat([vision, p, r], dim=-1), lora("fuse")))  # (B, embed_dim)
+        return F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
+
+
+class ActionHead(nn.Module):
+    """features (B, E) -> action deltas (B, K, ACTION_DIM) and a done logit (B,).
+
+    The output layer starts at zero (bias of the done logit at `done_bias_init`): a fresh head holds
+    the arm still and does not claim the subtask is done.
+    """
+
+    def __init__(self, config: ExpertConfig) -> None:
+        super().__init__()
+        self.chunk_len = config.chunk_len
+        self.hidden = nn.Linear(config.embed_dim, config.head_hidden)
+        self.out = nn.Linear(config.head_hidden, config.chunk_len * ACTION_DIM + 1)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+        with torch.no_grad():
+            self.out.bias[-1] = config.done_bias_init
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.out(F.relu(self.hidden(features)))  # (B, K * ACTION_DIM + 1)
+        delta = out[:, :-1].reshape(-1, self.chunk_len, ACTION_DIM)  # (B, K, ACTION_DIM) [rad], gripper units
+        return delta, out[:, -1]
+
+
+def chunk_loss(
+    delta: torch.Tensor,
+    done_logit: torch.Tensor,
+    batch: Batch,
+    channel_masks: torch.Tensor,
+    config: ExpertConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Masked L1 on the action chunk (real channels, in-episode steps only) + weighted BCE on done.
+
+    L1 rather than MSE, as in ACT: it keeps precise targets precise instead of averaging modes. The
+    L1 is measured in units of config.action_scale so that it is O(1), like the BCE (in radians it
+    would be ~0.1 and the done term would steer the shared layers). Only the loss is scaled: a head
+    that outputs normalised deltas times action_scale learned ~2x slower under Adam in our tests.
+    """
+    chunk = batch[KEY_ACTION_CHUNK]  # (B, K, D)
+    if chunk.shape[1:] != delta.shape[1:]:
+        want = f"(B, {config.chunk_len}, {ACTION_DIM})"
+        raise ValueError(f"action_chunk must be {want}, got {tuple(chunk.shape)}")
+    target = chunk - batch[OBS_PROPRIO][:, None, :]  # (B, K, D) deltas from the current proprio
+    mask = batch[KEY_ACTION_MASK].to(delta.dtype)[:, :, None] * channel_masks[batch[KEY_ROBOT_ID]][:, None, :]
+    error = (delta - target).abs() / config.action_scale  # (B, K, D)
+    action_l1 = (error * mask).sum() / mask.sum().clamp_min(1.0)
+    pos_weight = torch.tensor(config.done_pos_weight, device=delta.device, dtype=delta.dtype)
+    done_bce = F.binary_cross_entropy_with_logits(
+        done_logit, batch[KEY_DONE].to(delta.dtype), pos_weight=pos_weight
+    )
+    loss = action_l1 + config.done_weight * done_bce
+    return loss, {"loss": loss.item(), "action_l1": action_l1.item(), "done_bce": done_bce.item()}
+
+
+def state_mismatches(expected: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> list[str]:
+    """Human-readable differences in names, shapes and dtypes between two tensor dicts ([] if none)."""
+    problems = [f"missing tensor {k!r}" for k in sorted(expected.keys() - got.keys())]
+    problems += [f"unexpected tensor {k!r}" for k in sorted(got.keys() - expected.keys())]
+    for k in sorted(expected.keys() & got.keys()):
+        e, g = expected[k], got[k]
+        if e.shape != g.shape or e.dtype != g.dtype:
+            problems.append(f"{k}: expected {tuple(e.shape)} {e.dtype}, got {tuple(g.shape)} {g.dtype}")
+    return problems
+
+
+def split_by_skill(batch: Batch, skills: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The rows of a mixed-skill batch grouped by skill name (first-seen order).
+
+    `batch["skill"]` is a list of names or (B,) long indices into `skills`. Names are not checked
+    here: an unknown one fails clearly when its group is run.
+    """
+    labels = batch[KEY_SKILL]
+    if isinstance(labels, torch.Tensor):
+        bad = [i for i in labels.tolist() if not 0 <= i < len(skills)]
+        if bad:
+            raise ValueError(f"skill indices {bad} out of range for skills {tuple(skills)}")
+        labels = [skills[i] for i in labels.tolist()]
+    groups = {}
+    for name in dict.fromkeys(labels):
+        rows = [i for i, label in enumerate(labels) if label == name]
+        groups[name] = {k: _take_rows(v, rows) for k, v in batch.items()}
+    return groups
+
+
+def _take_rows(value: Any, rows: list[int]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value[torch.tensor(rows, device=value.device)]
+    return [value[i] for i in rows]
+
+
+class ChunkPolicy(nn.Module, ABC):
+    """What every expert library and baseline shares: the loss, action decoding, and skill checks.
+
+    Subclasses say how features and heads are picked for a skill (`predict`) and which parameters
+    an update for one skill trains (`adapter_parameters`).
+    """
+
+    def __init__(self, config: ExpertConfig) -> None:
+        super().__init__()
+        self.config = config
+        masks = np.stack([channel_mask(robot) for robot in ROBOTS]).astype(np.float32)
+        self.register_buffer("channel_masks", torch.from_numpy(masks), persistent=False)  # (R, ACTION_DIM)
+
+    @property
+    @abstractmethod
+    def skills(self) -> tuple[str, ...]:
+        """Names this library can run, in the order they were added."""
+
+    @abstractmethod
+    def add_skill(self, skill: str) -> None:
+        """Create a fresh expert for `skill`."""
+
+    @abstractmethod
+    def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs -> action deltas (B, K, ACTION_DIM), done logit (B,)."""
+
+    @abstractmethod
+    def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
+        """The parameters an update of `skill` trains."""
+
+    @abstractmethod
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """The shared parameters that stay frozen after pretraining when config.freeze_backbone."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.channel_masks.device
+
+    def forward(self, batch: Batch, skill: str) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss of `skill` on a batch (every row is taken to belong to that skill)."""
+        batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        self._check_obs(batch)
+        delta, done_logit = self.predict(batch, skill)
+        return chunk_loss(delta, done_logit, batch, self.channel_masks, self.config)
+
+    def select_action(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (image, proprio, robot_id) -> absolute action chunk (B, K, ACTION_DIM), done prob (B,).
+
+        Outputs are on the library's device. Padded channels are exactly 0. Joint limits are the
+        executor's job, not the policy's.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                obs = {k: obs[k].to(self.device) for k in (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID)}
+                self._check_obs(obs)
+                delta, done_logit = self.predict(obs, skill)  # (B, K, D), (B,)
+                mask = self.channel_masks[obs[KEY_ROBOT_ID]][:, None, :]  # (B, 1, D)
+                chunk = (obs[OBS_PROPRIO][:, None, :] + delta) * mask  # (B, K, D)
+                return chunk, torch.sigmoid(done_logit)
+        finally:
+            self.train(was_training)
+
+    def _check_obs(self, obs: Batch) -> None:
+        image, proprio, robot = obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
+        b, c, s = image.shape[0], self.config.image_channels, self.config.image_size
+        if tuple(image.shape) != (b, c, s, s):
+            raise ValueError(f"image must be (B, {c}, {s}, {s}) float in [0, 1], got {tuple(image.shape)}")
+        if tuple(proprio.shape) != (b, ACTION_DIM) or tuple(robot.shape) != (b,):
+            raise ValueError(
+                f"proprio must be (B, {ACTION_DIM}) padded and robot_id (B,), "
+                f"got {tuple(proprio.shape)} and {tuple(robot.shape)} for B={b}"
+            )
+
+    def _check_skill(self, skill: str) -> None:
+        if skill not in self.skills:
+            raise UnknownSkillError(f"no expert for skill {skill!r}; known skills: {list(self.skills)}")
+
+    def _check_new_skill(self, skill: str) -> None:
+        if not SKILL_NAME.fullmatch(skill):
+            raise ValueError(f"skill names are identifiers ([A-Za-z][A-Za-z0-9_]*), got {skill!r}")
+        if skill in self.skills:
+            raise ValueError(f"skill {skill!r} already exists")
+
+
+class ExpertLibrary(ChunkPolicy):
+    """The RoboCoach experts: one backbone, and per skill a LoRA adapter and an ActionHead."""
+
+    def __init__(self, config: ExpertConfig | None = None, skills: Sequence[str] = ()) -> None:
+        super().__init__(config or ExpertConfig())
+        with seeded(self.config.seed):
+            self.backbone = Backbone(self.config)
+        self.adapters = nn.ModuleDict()
+        self.heads = nn.ModuleDict()
+        for skill in skills:
+            self.add_skill(skill)
+
+    @property
+    def skills(self) -> tuple[str, ...]:
+        return tuple(self.heads)
+
+    def add_skill(self, skill: str) -> None:
+        self._check_new_skill(skill)
+        with seeded(skill_seed(self.config.seed, skill)):
+            adapter, head = self.backbone.new_adapter(), ActionHead(self.config)
+        self.adapters[skill] = adapter.to(self.device)
+        self.heads[skill] = head.to(self.device)
+
+    def adapter(self, skill: str) -> LoRAAdapter:
+        """The LoRA adapter `skill` runs the backbone with."""
+        self._check_skill(skill)
+        return self.adapters[skill]
+
+    def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
+        adapter = self.adapter(skill)
+        features = self.backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], adapter)  # (B, E)
+        return self.heads[skill](features)
+
+    def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
+        return [*self.adapter(skill).parameters(), *self.heads[skill].parameters()]
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        return list(self.backbone.parameters())
+
+    # Per-skill state as flat tensor dicts ("adapter.layers.fuse.A", "head.out.weight", ...) for artifacts.
+
+    def skill_state_dict(self, skill: str) -> dict[str, torch.Tensor]:
+        """The skill's adapter + head tensors (views of the live parameters)."""
+        return _skill_state(self.adapter(skill), self.heads[skill])
+
+    def skill_state_template(self) -> dict[str, torch.Tensor]:
+        """Names, shapes and dtypes of any skill's state, as storage-free meta tensors."""
+        with torch.device("meta"):
+            return _skill_state(self.backbone.new_adapter(), ActionHead(self.config))
+
+    def load_skill_state_dict(self, skill: str, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Copy `tensors` into the skill's adapter + head (adding the skill if new); all or nothing."""
+        problems = state_mismatches(self.skill_state_template(), tensors)
+        if problems:
+            raise ValueError(f"state for skill {skill!r} does not fit: {'; '.join(problems)}")
+        if skill not in self.skills:
+            self.add_skill(skill)
+        with torch.no_grad():
+            for name, live in self.skill_state_dict(skill).items():
+                live.copy_(tensors[name])
+
+
+def _skill_state(adapter: LoRAAdapter, head: ActionHead) -> dict[str, torch.Tensor]:
+    state = {f"adapter.{k}": v for k, v in adapter.state_dict().items()}
+    return state | {f"head.{k}": v for k, v in head.state_dict().items()}

@@ -1,0 +1,186 @@
+"""Training the experts: pretraining on the bootstrap demos, then per-skill adapter updates.
+
+    metrics, losses = pretrain(lib, loader, steps=2000)                 # backbone + every skill
+    metrics, losses = update_adapter(lib, "pick", loader, steps=300)    # pick's adapter + head only
+    save_loss_curve(losses, "pick_v0001.png")
+
+Batches follow the dataset contract (model.py KEY_*). With a `skill` key, pretraining groups each
+batch's rows by skill (one loss per group, weighted by rows) and an update keeps only its skill's
+rows; without one, every row belongs to the updated skill (or the library's only skill).
+
+An update trains exactly `library.adapter_parameters(skill)` (plus the backbone when
+config.freeze_backbone is False): everything else has requires_grad=False and is not in the
+optimiser, so it stays bit-identical. The library has no BatchNorm or dropout, so train and eval
+mode compute the same function and no running statistics drift.
+
+Multi-GPU (not implemented; one process keeps this file short): under `torchrun --nproc_per_node N`
+call torch.distributed.init_process_group("nccl") when WORLD_SIZE > 1 (select_device already picks
+the LOCAL_RANK GPU), give the DataLoader a DistributedSampler, wrap
+`DistributedDataParallel(library, device_ids=[device], find_unused_parameters=True)` (a batch
+touches only its skills' adapters) and call it like the library, `ddp(batch, skill)`, since forward
+returns the loss. DDP wants one forward per backward, so feed one skill per batch (a skill-grouped
+sampler) rather than mixed batches, and publish artifacts from rank 0 only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+from tqdm import tqdm
+
+from robocoach_skills.device import select_device
+from robocoach_skills.experts.model import KEY_ROBOT_ID, KEY_SKILL, Batch, ChunkPolicy, split_by_skill
+
+FINAL_WINDOW = 0.1  # "last" metrics average the final 10% of steps
+CURVE_SMOOTHING = 0.05  # moving-average window of the loss curve, as a fraction of the steps
+
+
+def pretrain(
+    library: ChunkPolicy,
+    batches: Iterable[Batch],
+    steps: int,
+    device: str | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, float], list[float]]:
+    """Train every parameter (backbone and all skills present in the batches) for `steps` steps."""
+    return _train(library, list(library.parameters()), batches, steps, None, "pretrain", device, progress)
+
+
+def update_adapter(
+    library: ChunkPolicy,
+    skill: str,
+    batches: Iterable[Batch],
+    steps: int,
+    device: str | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, float], list[float]]:
+    """Train only `skill`'s adapter and head (see module docstring) for `steps` steps."""
+    params = library.adapter_parameters(skill)
+    if not library.config.freeze_backbone:
+        params += library.backbone_parameters()
+    unique = list({id(p): p for p in params}.values())
+    return _train(library, unique, batches, steps, skill, f"update {skill}", device, progress)
+
+
+def save_loss_curve(losses: list[float], path: Path | str) -> Path:
+    """Per-step loss and its moving average, log scale, as a PNG (no display needed)."""
+    window = max(1, int(len(losses) * CURVE_SMOOTHING))
+    smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1).tolist() if len(losses) >= window else []
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    ax.plot(losses, alpha=0.35, label="loss")
+    ax.plot(range(window - 1, window - 1 + len(smooth)), smooth, label=f"mean of {window}")
+    if losses and min(losses) > 0:
+        ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel="loss")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def _train(
+    library: ChunkPolicy,
+    params: list[nn.Parameter],
+    batches: Iterable[Batch],
+    steps: int,
+    only_skill: str | None,
+    desc: str,
+    device: str | None,
+    progress: bool,
+) -> tuple[dict[str, float], list[float]]:
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps!r}")
+    cfg = library.config
+    library.to(select_device(device))
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    losses: list[float] = []
+    parts: list[dict[str, float]] = []
+    samples, start = 0, time.perf_counter()
+    groups_iter = _cycle(batches, library, only_skill)
+    with _trainable_only(library, params):
+        library.train()
+        bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
+        for _ in bar:
+            groups = next(groups_iter)
+            rows = {skill: len(group[KEY_ROBOT_ID]) for skill, group in groups.items()}
+            total = sum(rows.values())
+            loss = torch.zeros((), device=library.device)
+            step_parts: dict[str, float] = {}
+            for skill, group in groups.items():
+                group_loss, group_parts = library(group, skill)
+                loss = loss + group_loss * (rows[skill] / total)
+                for k, v in group_parts.items():
+                    step_parts[k] = step_parts.get(k, 0.0) + v * rows[skill] / total
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+            parts.append(step_parts)
+            samples += total
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+    last = parts[-max(1, int(steps * FINAL_WINDOW)) :]
+    metrics = {
+        "train/steps": float(steps),
+        "train/samples": float(samples),
+        "train/seconds": time.perf_counter() - start,
+        "train/trained_params": float(sum(p.numel() for p in params)),
+        "train/loss_first": losses[0],
+        **{f"train/{k}_last": fmean(p[k] for p in last) for k in last[0]},
+    }
+    return metrics, losses
+
+
+def _cycle(
+    batches: Iterable[Batch], library: ChunkPolicy, only_skill: str | None
+) -> Iterator[dict[str, Any]]:
+    """Endless {skill: rows} groups from re-iterating `batches` (e.g. a DataLoader); forward moves them."""
+    while True:
+        yielded = False
+        for batch in batches:
+            groups = _groups(batch, library, only_skill)
+            if groups:
+                yielded = True
+                yield groups
+        if not yielded:
+            raise ValueError(
+                f"the batches yielded nothing to train on{f' for skill {only_skill!r}' if only_skill else ''}"
+                " (empty, an exhausted iterator, or no rows of that skill)"
+            )
+
+
+def _groups(batch: Batch, library: ChunkPolicy, only_skill: str | None) -> dict[str, Batch]:
+    if KEY_SKILL not in batch:
+        if only_skill is None and len(library.skills) != 1:
+            raise ValueError(f"batches need a {KEY_SKILL!r} key to pretrain skills {list(library.skills)}")
+        return {only_skill or library.skills[0]: batch}
+    groups = split_by_skill(batch, library.skills)
+    if only_skill is None:
+        return groups
+    return {only_skill: groups[only_skill]} if only_skill in groups else {}
+
+
+@contextmanager
+def _trainable_only(module: nn.Module, params: list[nn.Parameter]) -> Iterator[None]:
+    """requires_grad=True on `params` only, for the duration; the previous flags come back after."""
+    before = {id(p): p.requires_grad for p in module.parameters()}
+    chosen = {id(p) for p in params}
+    for p in module.parameters():
+        p.requires_grad_(id(p) in chosen)
+    try:
+        yield
+    finally:
+        for p in module.parameters():
+            p.requires_grad_(before[id(p)])

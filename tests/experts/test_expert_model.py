@@ -1,0 +1,120 @@
+"""The expert model: identity of fresh adapters, padding/masking across arms, action decoding."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from expert_helpers import randomize_, synthetic_batch
+
+from robocoach_skills.action_contract import ACTION_DIM
+from robocoach_skills.experts import ExpertConfig, ExpertLibrary, UnknownSkillError
+from robocoach_skills.experts.model import split_by_skill
+
+MIXED = ("franka", "piper", "franka", "piper", "piper", "franka")
+PIPER_PAD = 6  # the padded joint slot of the 6-joint arm
+
+
+def test_fresh_adapter_is_the_identity(config):
+    lib = ExpertLibrary(config, skills=("pick",))
+    randomize_([*lib.backbone_parameters(), *lib.heads["pick"].parameters()])  # a "trained" backbone + head
+    batch = synthetic_batch(config, MIXED)
+    obs = (batch["image"], batch["proprio"], batch["robot_id"])
+
+    bare = lib.heads["pick"](lib.backbone(*obs, adapter=None))
+    with_fresh = lib.predict(batch, "pick")
+    assert all(torch.equal(a, b) for a, b in zip(bare, with_fresh, strict=True))
+
+    with torch.no_grad():  # control: a non-zero B must change the output
+        lib.adapter("pick").layers["fuse"].B.normal_()
+    assert not torch.equal(lib.predict(batch, "pick")[0], bare[0])
+
+
+def test_padded_channels_and_steps_past_the_end_do_not_count(config):
+    lib = ExpertLibrary(config, skills=("pick",))
+    randomize_(lib.parameters())
+    batch = synthetic_batch(config, MIXED)
+    loss, _ = lib(batch, "pick")
+
+    piper_rows = batch["robot_id"] == 1
+    padded = {**batch, "action_chunk": batch["action_chunk"].clone()}
+    padded["action_chunk"][piper_rows, :, PIPER_PAD] += 5.0
+    assert torch.equal(lib(padded, "pick")[0], loss)
+
+    past_end = {**batch, "action_chunk": batch["action_chunk"].clone()}
+    past_end["action_chunk"][batch["action_mask"] == 0] += 5.0
+    assert torch.equal(lib(past_end, "pick")[0], loss)
+
+    real = {**batch, "action_chunk": batch["action_chunk"].clone()}  # control: a real channel counts
+    real["action_chunk"][piper_rows, :, PIPER_PAD - 1] += 5.0
+    assert not torch.equal(lib(real, "pick")[0], loss)
+
+
+def test_select_action_shapes_padding_and_hold_still(config):
+    lib = ExpertLibrary(config, skills=("pick",))
+    batch = synthetic_batch(config, MIXED)
+    chunk, done = lib.select_action(batch, "pick")
+    assert chunk.shape == (len(MIXED), config.chunk_len, ACTION_DIM) and done.shape == (len(MIXED),)
+    # A fresh head outputs zero deltas: every step of the chunk holds the current position ...
+    assert torch.equal(chunk, batch["proprio"][:, None, :].expand_as(chunk))
+    # ... and says "not done" with the configured prior.
+    assert torch.allclose(done, torch.sigmoid(torch.tensor(config.done_bias_init)).expand(len(MIXED)))
+
+    randomize_(lib.heads["pick"].parameters())
+    chunk, done = lib.select_action(batch, "pick")
+    assert torch.all(chunk[batch["robot_id"] == 1, :, PIPER_PAD] == 0)  # padded slot exactly 0
+    assert torch.all(chunk[batch["robot_id"] == 0, :, PIPER_PAD] != 0)
+    assert torch.all((done > 0) & (done < 1))
+    assert lib.training, "select_action must restore the training mode"
+
+
+def test_default_config_runs_64x64_frames():
+    cfg = ExpertConfig()
+    lib = ExpertLibrary(cfg, skills=("pick",))
+    batch = synthetic_batch(cfg, ("franka", "piper"))
+    loss, parts = lib(batch, "pick")
+    loss.backward()
+    assert set(parts) == {"loss", "action_l1", "done_bce"} and torch.isfinite(loss)
+
+
+def test_unknown_skill_names_known_ones(config):
+    lib = ExpertLibrary(config, skills=("pick", "place"))
+    with pytest.raises(UnknownSkillError, match=r"'open_drawer'.*\['pick', 'place'\]"):
+        lib.select_action(synthetic_batch(config, ("franka",)), "open_drawer")
+
+
+def test_bad_inputs_are_clear_errors(config):
+    lib = ExpertLibrary(config, skills=("pick",))
+    with pytest.raises(ValueError, match="already exists"):
+        lib.add_skill("pick")
+    with pytest.raises(ValueError, match="'pick up'"):
+        lib.add_skill("pick up")
+    batch = synthetic_batch(config, ("franka",))
+    with pytest.raises(ValueError, match=r"image must be \(B, 3, 32, 32\)"):
+        lib(dict(batch, image=batch["image"].permute(0, 2, 3, 1)), "pick")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("lora_rank", 0), ("lora_layers", ("conv9",)), ("norm_groups", 5), ("lr", -1.0), ("conv_kernel", 4)],
+)
+def test_config_rejects_bad_values_quoting_them(field, value):
+    with pytest.raises(ValueError, match=repr(value).replace("(", r"\(").replace(")", r"\)")):
+        ExpertConfig(**{field: value})
+
+
+def test_split_by_skill_accepts_names_and_indices(config):
+    batch = synthetic_batch(config, MIXED, skills=("pick", "place", "pick", "pick", "place", "pick"))
+    by_name = split_by_skill(batch, ("pick", "place"))
+    by_index = split_by_skill(dict(batch, skill=torch.tensor([0, 1, 0, 0, 1, 0])), ("pick", "place"))
+    assert list(by_name) == ["pick", "place"]
+    for groups in (by_name, by_index):
+        assert torch.equal(groups["place"]["proprio"], batch["proprio"][[1, 4]])
+        assert len(groups["pick"]["robot_id"]) == 4
+
+
+def test_experts_never_import_rclpy():
+    code = "import sys, robocoach_skills.experts; sys.exit('rclpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
