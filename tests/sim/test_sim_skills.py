@@ -1,0 +1,56 @@
+"""The skill registry and its ground-truth labels, checked on one scripted demo per skill and arm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from robocoach_skills.composition import Subtask
+from robocoach_skills.constants import ROBOTS
+from robocoach_skills.operator import ScriptedOperator
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skills import SKILLS, get_skill, nearest_yaw, validate_subtask
+from robocoach_skills.tasks import skill_instances
+
+REQUIRED = {"pick", "place", "push", "open_drawer", "close_drawer", "press_button"}
+
+
+def test_registry_holds_the_required_skills():
+    assert set(SKILLS) >= REQUIRED
+    with pytest.raises(ValueError, match="known skills"):
+        get_skill("juggle")
+
+
+def test_subtasks_are_validated():
+    validate_subtask(Subtask("place", "red_cube", "drawer"))
+    with pytest.raises(ValueError, match="target"):
+        validate_subtask(Subtask("place", "red_cube", "shelf"))
+    with pytest.raises(ValueError, match="object"):
+        validate_subtask(Subtask("press_button", "blue_button"))
+
+
+def test_nearest_yaw_uses_the_symmetry():
+    assert nearest_yaw(0.0, math.pi / 2, 1.5) == pytest.approx(math.pi / 2)
+    assert nearest_yaw(3.0, math.pi, 0.0) == pytest.approx(3.0 - math.pi)
+    assert nearest_yaw(0.1, 2 * math.pi, 6.3) == pytest.approx(0.1 + 2 * math.pi)
+
+
+@pytest.fixture(scope="module", params=ROBOTS)
+def fast_scene(request):
+    scene = SimScene(SceneConfig(robot=request.param, render=False))
+    yield scene
+    scene.close()
+
+
+@pytest.mark.parametrize("skill", sorted(REQUIRED))
+def test_scripted_demo_labels_go_from_zero_to_one(fast_scene, skill):
+    composition, index = skill_instances(fast_scene.config.robot)[skill][0]
+    episode = ScriptedOperator().demo_subtask(fast_scene, composition, index, seed=0)
+    assert episode.success, episode.metadata
+    assert episode.progress[0] == 0.0
+    assert episode.progress[-1] == 1.0
+    assert np.all((episode.progress >= 0) & (episode.progress <= 1))
+    assert episode.composition.subtasks == (composition.subtasks[index],)
+    assert np.all(episode.subtask_index == 0)
