@@ -57,6 +57,25 @@ def spin_until(node: Node, done: Callable[[], bool], timeout_s: float, what: str
         executor.remove_node(node)
 
 
+_CLIENTS: dict[tuple[int, str], object] = {}
+
+
+def call_service(node: Node, srv_type, name: str, request, timeout_s: float = 30.0):
+    """Call a service and wait for its response, reusing one client per (node, service).
+
+    A client created right before its call can lose the response: the server may see the request
+    before it has matched the new client's response reader. Reused clients are matched once.
+    """
+    key = (id(node), name)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = node.create_client(srv_type, name)
+    client = _CLIENTS[key]
+    spin_until(node, client.service_is_ready, timeout_s, f"{name} service")
+    future = client.call_async(request)
+    spin_until(node, future.done, timeout_s, f"{name} response")
+    return future.result()
+
+
 def _parameter_args(parameters: dict) -> list[str]:
     args = ["--ros-args"]
     for key, value in parameters.items():

@@ -7,11 +7,12 @@ Images are converted with numpy (no cv_bridge, which is not installable from PyP
 from __future__ import annotations
 
 import numpy as np
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 
 from robocoach_msgs.msg import Subtask as SubtaskMsg
 from robocoach_msgs.msg import TaskComposition
 from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.constants import GRIPPER_JOINT
 
 ENCODINGS = {"rgb8": False, "bgr8": True}  # encoding -> channels reversed
 
@@ -78,3 +79,34 @@ def composition_to_msg(composition: Composition) -> TaskComposition:
 def msg_to_composition(msg: TaskComposition) -> Composition:
     """Raises ValueError (unknown robot, no subtasks, malformed parameters) with the reason."""
     return Composition(msg.name, msg.robot, tuple(msg_to_subtask(s) for s in msg.subtasks), msg.held_out)
+
+
+def joint_state_to_command(msg: JointState, joint_names: tuple[str, ...]) -> np.ndarray:
+    """A joint command as JointState -> positions in `joint_names` order (+ gripper when given).
+
+    With names, they may come in any order but must all be known, with the arm joints complete;
+    without names, positions are taken in `joint_names` order. Values are not range-checked here.
+    """
+    positions = np.asarray(msg.position, dtype=np.float64)
+    if not msg.name:
+        return positions
+    if len(msg.name) != len(positions):
+        raise ValueError(f"command has {len(msg.name)} names but {len(positions)} positions")
+    known = (*joint_names, GRIPPER_JOINT)
+    unknown = sorted(set(msg.name) - set(known))
+    if unknown:
+        raise ValueError(f"command names unknown joints {unknown}; this arm has {list(known)}")
+    missing = [n for n in joint_names if n not in msg.name]
+    if missing:
+        raise ValueError(f"command lacks joints {missing}")
+    by_name = dict(zip(msg.name, positions, strict=True))
+    return np.array([by_name[n] for n in known if n in by_name])
+
+
+def command_to_joint_state(command: np.ndarray, joint_names: tuple[str, ...], stamp=None) -> JointState:
+    """Positions in `joint_names` order (+ gripper) -> a named JointState command."""
+    names = [*joint_names, GRIPPER_JOINT][: len(command)]
+    msg = JointState(name=names, position=[float(v) for v in command])
+    if stamp is not None:
+        msg.header.stamp = stamp
+    return msg
