@@ -8,6 +8,7 @@ import torch
 from episode_factory import make_episode
 from torch.utils.data import DataLoader
 
+from robocoach_skills.action_contract import argument_ids
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset, done_flags
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
@@ -42,6 +43,7 @@ def test_sample_shapes_dtypes_and_values(store):
         "episode_id": ((), torch.int64),
         "frame_index": ((), torch.int64),
         "robot_id": ((), torch.int64),
+        "arguments": ((2,), torch.int64),
     }
     tensors = {k: (tuple(v.shape), v.dtype) for k, v in sample.items() if isinstance(v, torch.Tensor)}
     assert tensors == expected
@@ -138,3 +140,5 @@ def test_samples_name_the_active_skill(store):
     skills = [dataset[t]["skill"] for t in range(len(episode))]
     assert skills == [episode.composition.subtasks[i].skill for i in episode.subtask_index]
     assert set(skills) == {"pick", "place"}
+    arguments = {tuple(dataset[t]["arguments"].tolist()) for t in range(len(episode))}
+    assert arguments == {argument_ids(s) for s in episode.composition.subtasks}

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from robocoach_skills.action_contract import ACTION_DIM, channel_mask, native_dim, pad, robot_id
+from robocoach_skills.constants import SUBTASK_ARGUMENTS
 from robocoach_skills.experts import ExpertConfig
 
 TINY = {
@@ -62,6 +63,7 @@ def synthetic_batch(
         "action_mask": torch.from_numpy(mask),
         "done": torch.from_numpy((proprio[:, 0] > DONE_ABOVE).astype(np.float32)),
         "robot_id": torch.tensor([robot_id(r) for r in robots]),
+        "arguments": torch.from_numpy(rng.integers(0, len(SUBTASK_ARGUMENTS), (len(robots), 2))),
     }
     if skills is not None:
         batch["skill"] = list(skills)

@@ -21,7 +21,7 @@ def test_fresh_adapter_is_the_identity(config):
     lib = ExpertLibrary(config, skills=("pick",))
     randomize_([*lib.backbone_parameters(), *lib.heads["pick"].parameters()])  # a "trained" backbone + head
     batch = synthetic_batch(config, MIXED)
-    obs = (batch["image"], batch["proprio"], batch["robot_id"])
+    obs = (batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
 
     bare = lib.heads["pick"](lib.backbone(*obs, adapter=None))
     with_fresh = lib.predict(batch, "pick")

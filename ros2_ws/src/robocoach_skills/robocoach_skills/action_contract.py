@@ -13,13 +13,16 @@ one expert library and one world model serve both arms. The gripper is always th
 True
 >>> channel_mask("piper").tolist()
 [True, True, True, True, True, True, False, True]
+>>> argument_ids(Subtask("place", "red_cube", "bin"))
+(1, 7)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from robocoach_skills.constants import ROBOTS
+from robocoach_skills.composition import Subtask
+from robocoach_skills.constants import ROBOTS, SUBTASK_ARGUMENTS
 
 JOINTS_PER_ROBOT: dict[str, int] = {"franka": 7, "piper": 6}
 MAX_JOINTS = max(JOINTS_PER_ROBOT.values())
@@ -68,3 +71,12 @@ def channel_mask(robot: str) -> np.ndarray:
     mask[: _joints(robot)] = True
     mask[-1] = True
     return mask
+
+
+def argument_ids(subtask: Subtask) -> tuple[int, int]:
+    """(object id, target id) of a subtask in SUBTASK_ARGUMENTS, the experts' conditioning input."""
+    unknown = [a for a in (subtask.object, subtask.target) if a not in SUBTASK_ARGUMENTS]
+    if unknown:
+        known = ", ".join(SUBTASK_ARGUMENTS[1:])
+        raise ValueError(f"subtask {subtask} names {unknown}, unknown to the experts; known: {known}")
+    return SUBTASK_ARGUMENTS.index(subtask.object), SUBTASK_ARGUMENTS.index(subtask.target)

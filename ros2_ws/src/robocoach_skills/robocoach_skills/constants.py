@@ -25,6 +25,21 @@ KEY_EPISODE_ID = "episode_id"  # () store index of the episode
 KEY_FRAME_INDEX = "frame_index"  # () step within the episode
 KEY_ROBOT_ID = "robot_id"  # () index into ROBOTS
 KEY_SKILL = "skill"  # skill name of the active subtask (batched: list of names or long indices)
+KEY_ARGUMENTS = "arguments"  # (2,) long: SUBTASK_ARGUMENTS ids of the active subtask's object and target
+
+# Scene names a subtask's object/target may take, known to the experts (index 0: none). One press
+# expert serves "press red_button" and "press green_button": the argument tells it which.
+SUBTASK_ARGUMENTS: tuple[str, ...] = (
+    "",
+    "red_cube",
+    "green_cube",
+    "blue_cube",
+    "red_button",
+    "green_button",
+    "drawer",
+    "bin",
+    "pad",
+)
 
 # Topic, service and action names of the ROS graph.
 TOPIC_JOINT_STATES = "/robocoach/robot/joint_states"
@@ -35,6 +50,9 @@ TOPIC_DEMO_EPISODES = "/robocoach/operator/demo_episodes"
 TOPIC_COACH_ROUND = "/robocoach/coach/round"
 TOPIC_IMAGINED_FRAMES = "/robocoach/world/imagined/image"
 SERVICE_RESET_SCENE = "/robocoach/robot/reset_scene"
+ACTION_EXECUTE_TASK = "/robocoach/skills/execute_task"
+SERVICE_LOAD_ADAPTER = "/robocoach/skills/load_adapter"
+SERVICE_GET_EXPERTS = "/robocoach/skills/get_experts"
 
 # JointState name of the gripper channel; its position is the opening fraction 0 (closed) .. 1 (open).
 GRIPPER_JOINT = "gripper"

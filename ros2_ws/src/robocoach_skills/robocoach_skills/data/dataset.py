@@ -22,6 +22,7 @@ Sample keys (shapes without the batch axis; with history > 1 image and proprio g
     frame_index    () int64             t
     robot_id       () int64             index into constants.ROBOTS
     skill          str                  skill of the active subtask (a DataLoader batches these as a list)
+    arguments      (2,) int64           object and target ids of the active subtask (see argument_ids)
 With `pad_channels` set, D is action_contract.ACTION_DIM for every robot (joints, zeros, gripper
 last) and `channel_mask` (ACTION_DIM,) bool marks the robot's real channels, so both arms share a batch.
 """
@@ -39,6 +40,7 @@ from robocoach_skills import action_contract
 from robocoach_skills.constants import (
     KEY_ACTION_CHUNK,
     KEY_ACTION_MASK,
+    KEY_ARGUMENTS,
     KEY_CHANNEL_MASK,
     KEY_DONE,
     KEY_EPISODE_ID,
@@ -131,6 +133,7 @@ class EpisodeDataset(Dataset):
         if c.history == 1:
             images, proprio = images[0], proprio[0]
 
+        subtask = episode.composition.subtasks[int(episode.subtask_index[t])]
         sample = {
             OBS_IMAGE: images,
             OBS_PROPRIO: proprio,
@@ -142,7 +145,8 @@ class EpisodeDataset(Dataset):
             KEY_EPISODE_ID: torch.tensor(episode_index(episode_id)),
             KEY_FRAME_INDEX: torch.tensor(t),
             KEY_ROBOT_ID: torch.tensor(ROBOTS.index(episode.robot)),
-            KEY_SKILL: episode.composition.subtasks[int(episode.subtask_index[t])].skill,
+            KEY_SKILL: subtask.skill,
+            KEY_ARGUMENTS: torch.tensor(action_contract.argument_ids(subtask)),
         }
         if c.pad_channels:
             robot = episode.robot

@@ -25,6 +25,7 @@ from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.lora import LoRAAdapter
 from robocoach_skills.experts.model import (
+    KEY_ARGUMENTS,
     KEY_ROBOT_ID,
     ActionHead,
     Backbone,
@@ -61,7 +62,9 @@ class SkillConditionedPolicy(ChunkPolicy):
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
-        features = self.backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])  # (B, E)
+        features = self.backbone(
+            obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS]
+        )  # (B, E)
         return self.head(features + self.skill_embeddings[skill])
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
@@ -116,7 +119,8 @@ class EndToEndPolicy(ChunkPolicy):
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
         policy = self.policies[skill]
-        return policy["head"](policy["backbone"](obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]))
+        features = policy["backbone"](obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS])
+        return policy["head"](features)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The whole policy of that composition."""

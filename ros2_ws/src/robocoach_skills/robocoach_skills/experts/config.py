@@ -34,6 +34,7 @@ class ExpertConfig:
     norm_groups: int = 8  # GroupNorm groups after each conv (no running stats: train == eval)
     proprio_hidden: int = 64  # width of the proprio projection
     robot_embed_dim: int = 16  # width of the learned embodiment embedding
+    argument_embed_dim: int = 16  # width of the embedding of each subtask argument (object, target)
     embed_dim: int = 128  # backbone feature width fed to the heads
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
@@ -64,6 +65,7 @@ class ExpertConfig:
             "norm_groups",
             "proprio_hidden",
             "robot_embed_dim",
+            "argument_embed_dim",
             "embed_dim",
             "lora_rank",
             "chunk_len",
@@ -112,6 +114,7 @@ class ExpertConfig:
             "conv_kernel",
             "proprio_hidden",
             "robot_embed_dim",
+            "argument_embed_dim",
             "embed_dim",
             "lora_rank",
             "lora_alpha",

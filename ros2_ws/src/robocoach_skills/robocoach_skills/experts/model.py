@@ -3,6 +3,7 @@
     frame (B,3,64,64) -> conv stack -> soft-argmax keypoints --+
     proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk -> features (B,128)
     robot_id (B,) -> embedding -------------------------------+        (LoRA of the active skill on
+    arguments (B,2) object/target -> embedding ---------------+
                                                                          conv1, conv2, fuse, trunk)
     features -> head[skill] -> action deltas (B,K,8) + done logit (B,)
 
@@ -41,17 +42,20 @@ from robocoach_skills.composition import UnknownSkillError
 from robocoach_skills.constants import (
     KEY_ACTION_CHUNK,
     KEY_ACTION_MASK,
+    KEY_ARGUMENTS,
     KEY_DONE,
     KEY_ROBOT_ID,
     KEY_SKILL,
     OBS_IMAGE,
     OBS_PROPRIO,
     ROBOTS,
+    SUBTASK_ARGUMENTS,
 )
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.lora import LoRAAdapter, LoRAConv2d, LoRALinear, LowRank
 
 Batch = Mapping[str, Any]
+OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads
 SKILL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
@@ -90,7 +94,11 @@ class SpatialSoftArgmax(nn.Module):
 
 
 class Backbone(nn.Module):
-    """Frame + padded proprio + embodiment -> features (B, embed_dim); LoRA-able by layer name."""
+    """Frame + padded proprio + embodiment + subtask arguments -> features (B, embed_dim).
+
+    LoRA-able by layer name. The arguments (which object, which target) are what lets one expert
+    per skill serve every instance of it ("press red_button", "press green_button").
+    """
 
     def __init__(self, config: ExpertConfig) -> None:
         super().__init__()
@@ -105,7 +113,9 @@ class Backbone(nn.Module):
         self.keypoints = SpatialSoftArgmax()
         self.proprio = LoRALinear(ACTION_DIM, c.proprio_hidden)
         self.robot_embed = nn.Embedding(len(ROBOTS), c.robot_embed_dim)
-        self.fuse = LoRALinear(2 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim, c.embed_dim)
+        self.argument_embed = nn.Embedding(len(SUBTASK_ARGUMENTS), c.argument_embed_dim)
+        fused = 2 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim + 2 * c.argument_embed_dim
+        self.fuse = LoRALinear(fused, c.embed_dim)
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
 
     def new_adapter(self) -> LoRAAdapter:
@@ -119,6 +129,7 @@ class Backbone(nn.Module):
         image: torch.Tensor,
         proprio: torch.Tensor,
         robot_id: torch.Tensor,
+        arguments: torch.Tensor,
         adapter: LoRAAdapter | None = None,
     ) -> torch.Tensor:
         def lora(name: str) -> LowRank | None:
@@ -130,7 +141,8 @@ class Backbone(nn.Module):
         vision = self.keypoints(x)  # (B, 2 * C_last)
         p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
         r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
-        h = F.relu(self.fuse(torch.cat([vision, p, r], dim=-1), lora("fuse")))  # (B, embed_dim)
+        a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
+        h = F.relu(self.fuse(torch.cat([vision, p, r, a], dim=-1), lora("fuse")))  # (B, embed_dim)
         return F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
 
 
@@ -278,7 +290,7 @@ class ChunkPolicy(nn.Module, ABC):
         self.eval()
         try:
             with torch.inference_mode():
-                obs = {k: obs[k].to(self.device) for k in (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID)}
+                obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
                 self._check_obs(obs)
                 delta, done_logit = self.predict(obs, skill)  # (B, K, D), (B,)
                 mask = self.channel_masks[obs[KEY_ROBOT_ID]][:, None, :]  # (B, 1, D)
@@ -297,6 +309,9 @@ class ChunkPolicy(nn.Module, ABC):
                 f"proprio must be (B, {ACTION_DIM}) padded and robot_id (B,), "
                 f"got {tuple(proprio.shape)} and {tuple(robot.shape)} for B={b}"
             )
+        if tuple(obs[KEY_ARGUMENTS].shape) != (b, 2):
+            shape = tuple(obs[KEY_ARGUMENTS].shape)
+            raise ValueError(f"arguments must be (B, 2) object/target ids, got {shape}")
 
     def _check_skill(self, skill: str) -> None:
         if skill not in self.skills:
@@ -339,7 +354,9 @@ class ExpertLibrary(ChunkPolicy):
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         adapter = self.adapter(skill)
-        features = self.backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], adapter)  # (B, E)
+        features = self.backbone(
+            obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter
+        )  # (B, E)
         return self.heads[skill](features)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
