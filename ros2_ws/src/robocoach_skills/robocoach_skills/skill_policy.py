@@ -1,0 +1,80 @@
+"""Run an expert library step by step for the router: numpy observations in, native actions out.
+
+The library predicts a chunk of K future actions at every step (from a fresh observation, so the
+done probability is always current); `n_action_steps` of each chunk are executed before the next
+chunk is taken (1 = re-plan every step, K = open-loop chunks, as in ACT).
+
+    policy = LibraryPolicy(library, versions={"pick": 3})
+    action, done_prob = policy.act(obs, Subtask("pick", "red_cube"), "franka")  # (n_joints + 1,) numpy
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robocoach_skills import action_contract
+from robocoach_skills.composition import Subtask
+from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.experts.model import ChunkPolicy
+
+
+@dataclass
+class ChunkExecutionConfig:
+    n_action_steps: int = 1  # actions executed from each predicted chunk before the next one is taken
+
+    def __post_init__(self) -> None:
+        if self.n_action_steps < 1:
+            raise ValueError(f"n_action_steps must be >= 1, got {self.n_action_steps}")
+
+
+def observation_batch(
+    observations: list[dict], robots: list[str], subtasks: list[Subtask], device: torch.device
+) -> dict:
+    """Numpy observations (image (H,W,3) uint8, native proprio) -> the library's padded tensor batch."""
+    images = np.stack([o[OBS_IMAGE] for o in observations])  # (B, H, W, 3); arguments below: (B, 2)
+    proprio = np.stack(
+        [action_contract.pad(r, o[OBS_PROPRIO]) for o, r in zip(observations, robots, strict=True)]
+    )
+    return {
+        OBS_IMAGE: torch.from_numpy(images).to(device).permute(0, 3, 1, 2).float() / 255.0,  # (B, 3, H, W)
+        OBS_PROPRIO: torch.from_numpy(proprio).to(device).float(),  # (B, ACTION_DIM)
+        KEY_ROBOT_ID: torch.tensor([action_contract.robot_id(r) for r in robots], device=device),  # (B,)
+        KEY_ARGUMENTS: torch.tensor([action_contract.argument_ids(s) for s in subtasks], device=device),
+    }
+
+
+class LibraryPolicy:
+    """router.SkillPolicy over an expert library (or any baseline with the same interface)."""
+
+    def __init__(
+        self,
+        library: ChunkPolicy,
+        versions: Mapping[str, int] | None = None,
+        config: ChunkExecutionConfig | None = None,
+    ) -> None:
+        self.library = library
+        self.versions = dict(versions or {})
+        self.config = config or ChunkExecutionConfig()
+        self._queue: deque[np.ndarray] = deque()
+
+    def skills(self) -> tuple[str, ...]:
+        return self.library.skills
+
+    def version(self, skill: str) -> int:
+        return self.versions.get(skill, 0)
+
+    def reset(self) -> None:
+        self._queue.clear()
+
+    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
+        batch = observation_batch([obs], [robot], [subtask], self.library.device)
+        chunk, done_prob = self.library.select_action(batch, subtask.skill)  # (1, K, ACTION_DIM), (1,)
+        if not self._queue:
+            native = action_contract.unpad(robot, chunk[0].cpu().numpy())  # (K, native_dim)
+            self._queue.extend(native[: self.config.n_action_steps])
+        return self._queue.popleft(), float(done_prob[0])

@@ -1,0 +1,108 @@
+"""The router chains experts by skill, times out per subtask, and the deployed evaluation scores
+trials with the simulator's ground truth (real MuJoCo, scripted stand-in policies)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.evaluation import evaluate, evaluation_seeds, success_rate
+from robocoach_skills.operator import OperatorConfig, ScriptedOperator
+from robocoach_skills.router import OUTCOME_SUCCESS, OUTCOME_TIMEOUT, Router, RouterConfig, UnknownSkillError
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.tasks import training_compositions
+
+
+class HoldStill:
+    """Commands the current targets forever; `done` is a fixed probability."""
+
+    def __init__(self, skills=("pick", "place", "push"), done: float = 0.0):
+        self._skills, self.done, self.resets = tuple(skills), done, 0
+
+    def skills(self):
+        return self._skills
+
+    def version(self, skill):
+        return 3
+
+    def reset(self):
+        self.resets += 1
+
+    def act(self, obs, subtask, robot):
+        return np.append(obs["proprio"][:-1], 1.0), self.done
+
+
+class Replay(HoldStill):
+    """Replays a recorded whole-task demo; done fires where the recorded subtask index advances."""
+
+    def __init__(self, episode):
+        super().__init__(skills=episode.composition.skills)
+        self.episode, self.t = episode, 0
+
+    def reset(self):  # the replay keeps its place across subtask switches
+        pass
+
+    def act(self, obs, subtask, robot):
+        t = min(self.t, len(self.episode) - 1)
+        self.t += 1
+        index = self.episode.subtask_index
+        switching = t + 1 >= len(self.episode) or index[t + 1] != index[t]
+        return self.episode.actions[t], 1.0 if switching else 0.0
+
+
+@pytest.fixture(scope="module")
+def scene():
+    scene = SimScene(SceneConfig(robot="franka", render=False))
+    yield scene
+    scene.close()
+
+
+def test_unknown_skill_names_the_known_ones():
+    composition = Composition("c", "franka", (Subtask("pick", "red_cube"), Subtask("juggle", "red_cube")))
+    with pytest.raises(UnknownSkillError, match=r"\['juggle'\].*known skills: pick, place, push"):
+        Router(HoldStill()).route(composition)
+
+
+def test_unknown_detector_is_refused():
+    with pytest.raises(ValueError, match="unknown completion detector 'oracle'"):
+        RouterConfig(detector="oracle")
+
+
+def test_timeout_at_the_first_subtask(scene):
+    composition = training_compositions("franka")[0]
+    policy = HoldStill(skills=composition.skills)
+    router = Router(policy, RouterConfig(deadline_steps=12))
+    result = evaluate(router, scene, composition, evaluation_seeds(2))
+    for trial in result.trials:
+        assert trial.outcome == OUTCOME_TIMEOUT and trial.timed_out_index == 0
+        assert trial.steps == 12
+        assert trial.ground_truth["first_failed"] == 0 and not trial.ground_truth["success"]
+        assert trial.timeout_label == f"TIMEOUT(0:{composition.skills[0]}, {composition.skills[0]}@v3)"
+    assert result.success_rate == 0.0
+    assert result.first_failures() == {0: 2}
+
+
+def test_a_premature_switch_is_a_ground_truth_failure(scene):
+    """The router trusts its detector; the evaluation does not: switching early is still a failure."""
+    composition = training_compositions("franka")[0]
+    router = Router(HoldStill(skills=composition.skills, done=1.0), RouterConfig(done_patience=2))
+    trial = evaluate(router, scene, composition, evaluation_seeds(1)).trials[0]
+    assert trial.outcome == OUTCOME_SUCCESS  # as far as the router knows
+    assert trial.switch_steps == [2 * (i + 1) for i in range(len(composition.subtasks))]
+    assert not trial.ground_truth["success"] and trial.ground_truth["first_failed"] == 0
+
+
+@pytest.mark.slow
+def test_replayed_demo_succeeds_on_ground_truth(scene):
+    composition = training_compositions("franka")[0]
+    seed = evaluation_seeds(1)[0]
+    demo = ScriptedOperator(OperatorConfig(seed=0)).demo_composition(scene, composition, seed)
+    assert demo.success
+    router = Router(Replay(demo), RouterConfig(deadline_steps=len(demo), done_patience=1))
+    result = evaluate(router, scene, composition, [seed])
+    trial = result.trials[0]
+    assert trial.outcome == OUTCOME_SUCCESS
+    assert trial.ground_truth["completed"] == [True] * len(composition.subtasks)
+    assert trial.ground_truth["progress"] == pytest.approx([1.0] * len(composition.subtasks))
+    assert success_rate(result.trials) == 1.0
