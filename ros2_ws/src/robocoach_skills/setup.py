@@ -14,7 +14,12 @@ setup(
     zip_safe=True,
     maintainer="RoboCoach maintainers",
     maintainer_email="maintainers@robocoach.dev",
-    description="Robot side of RoboCoach: the MuJoCo embedded robot, skill library and task suites, expert ",
+    description="Robot side of RoboCoach: MuJoCo robot, skills, tasks, experts, router, backends, nodes.",
     license="Apache-2.0",
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "sim_robot = robocoach_skills.nodes.sim_robot:main",
+            "skill_executor = robocoach_skills.nodes.skill_executor:main",
+        ],
+    },
 )

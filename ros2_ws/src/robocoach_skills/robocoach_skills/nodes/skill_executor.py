@@ -1,0 +1,354 @@
+"""`skill_executor` node: executes task compositions on the robot by chaining skill experts.
+
+An `ExecuteTask` goal runs the router (`robocoach_skills.router`) over the ROS robot interface: each
+policy tick takes the newest camera frame and joint state, asks the active subtask's expert for an
+action, clips it to the arm's position and velocity limits, and publishes it as a joint command.
+Feedback names the current subtask and its progress; cancel stops the trial and holds the arm.
+`LoadAdapter` swaps an expert's adapter version without a restart (a failed load keeps the old
+version), `GetExperts` lists the active versions, and a watchdog commands "hold position" whenever
+inference stalls past `watchdog_s` while a goal runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+
+from robocoach_msgs.action import ExecuteTask
+from robocoach_msgs.msg import ExpertInfo, SubtaskProgress
+from robocoach_msgs.srv import GetExperts, LoadAdapter, ResetScene
+from robocoach_skills.bootstrap import load_experts
+from robocoach_skills.composition import Composition, Subtask, UnknownSkillError
+from robocoach_skills.constants import (
+    ACTION_EXECUTE_TASK,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+    SERVICE_GET_EXPERTS,
+    SERVICE_LOAD_ADAPTER,
+    SERVICE_RESET_SCENE,
+    TOPIC_CAMERA,
+    TOPIC_JOINT_COMMAND,
+    TOPIC_JOINT_STATES,
+)
+from robocoach_skills.experts.artifacts import AdapterLoadError, AdapterMeta, ArtifactLoadError, load_adapter
+from robocoach_skills.nodes.conversions import command_to_joint_state, msg_to_composition, msg_to_image
+from robocoach_skills.nodes.sim_robot import COMMAND_QOS
+from robocoach_skills.nodes.spin import spin_node
+from robocoach_skills.router import OUTCOME_SUCCESS, Router, RouterConfig, TrialMonitor
+from robocoach_skills.sim.arms import clip_joint_command, get_arm
+from robocoach_skills.skill_policy import ChunkExecutionConfig, LibraryPolicy
+
+OBS_WAIT_S = 5.0  # how long a step or reset waits for fresh sensor data before the goal aborts
+
+
+class GoalCanceledError(Exception):
+    """Raised inside the router loop when the client cancels the goal."""
+
+
+class RosRobot:
+    """The router's RobotEnv over ROS topics: newest sensor data in, joint commands out, at a fixed rate."""
+
+    def __init__(self, node: SkillExecutor) -> None:
+        self.node = node
+        self._next_tick = 0.0
+
+    def reset(self, composition: Composition, seed: int) -> dict:
+        self._next_tick = time.monotonic()
+        return self.node.fresh_observation(after=time.monotonic())
+
+    def step(self, action: np.ndarray) -> dict:
+        self.node.command(action)
+        self._next_tick += self.node.period_s
+        time.sleep(max(0.0, self._next_tick - time.monotonic()))
+        return self.node.fresh_observation(after=self._next_tick - self.node.period_s)
+
+
+class LockedPolicy(LibraryPolicy):
+    """A LibraryPolicy whose inference steps hold a lock that adapter swaps also take."""
+
+    def __init__(self, lock: threading.Lock, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = lock
+
+    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
+        with self.lock:
+            return super().act(obs, subtask, robot)
+
+
+class FeedbackMonitor(TrialMonitor):
+    """Streams ExecuteTask feedback and turns a cancel request into GoalCanceledError."""
+
+    def __init__(self, goal_handle, skills: list[str]) -> None:
+        self.goal_handle, self.skills = goal_handle, skills
+        self.progress: list[SubtaskProgress] = [
+            SubtaskProgress(index=i, skill=s) for i, s in enumerate(skills)
+        ]
+        self._start = time.monotonic()
+
+    def on_subtask_start(self, index: int) -> None:
+        self._start = time.monotonic()
+
+    def on_subtask_end(self, index: int, confirmed: bool) -> None:
+        self.progress[index].completed = confirmed
+        if confirmed:
+            self.progress[index].progress = 1.0
+
+    def on_step(self, index: int, obs: dict, done_prob: float) -> None:
+        if self.goal_handle.is_cancel_requested:
+            raise GoalCanceledError
+        current = self.progress[index]
+        current.progress = float(done_prob)  # the completion detector's confidence until the judge exists
+        current.elapsed = time.monotonic() - self._start
+        feedback = ExecuteTask.Feedback(
+            current_index=index, current_skill=self.skills[index], progress=current
+        )
+        self.goal_handle.publish_feedback(feedback)
+
+
+class SkillExecutor(Node):
+    def __init__(self) -> None:
+        super().__init__("skill_executor")
+        robot = self.declare_parameter("robot", "franka").value  # embodiment: franka or piper
+        experts_dir = self.declare_parameter("experts_dir", "").value  # backbone + adapters + deadlines
+        policy_rate = self.declare_parameter("policy_rate_hz", 10.0).value  # expert steps per second [Hz]
+        self.watchdog_s = self.declare_parameter(
+            "watchdog_s", 0.5
+        ).value  # hold if no command for this long [s]
+        n_action_steps = self.declare_parameter(
+            "n_action_steps", 1
+        ).value  # chunk steps executed per inference
+        deadline_steps = self.declare_parameter(
+            "deadline_steps", 150
+        ).value  # default subtask deadline [steps]
+        torch.set_num_threads(self.declare_parameter("torch_threads", 1).value)
+        if not experts_dir:
+            raise ValueError("parameter experts_dir is required (a directory written by bootstrap training)")
+
+        self.arm = get_arm(robot)
+        self.period_s = 1.0 / policy_rate
+        self.library, self.registry, versions, deadlines = load_experts(Path(experts_dir))
+        self._model_lock = threading.Lock()  # adapter swaps happen between inference steps, never during one
+        self.policy = LockedPolicy(
+            self._model_lock, self.library, versions, ChunkExecutionConfig(n_action_steps)
+        )
+        self.router = Router(
+            self.policy, RouterConfig(deadline_steps=deadline_steps, skill_deadline_steps=deadlines)
+        )
+        self._sensor = threading.Condition()
+        self._image: np.ndarray | None = None
+        self._joints: np.ndarray | None = None
+        self._image_time = self._joint_time = 0.0
+        self._goal_active = False
+        self._last_command_time = 0.0
+
+        sensors = ReentrantCallbackGroup()
+        self._command_pub = self.create_publisher(JointState, TOPIC_JOINT_COMMAND, COMMAND_QOS)
+        self.create_subscription(
+            Image, TOPIC_CAMERA, self._on_image, qos_profile_sensor_data, callback_group=sensors
+        )
+        self.create_subscription(
+            JointState, TOPIC_JOINT_STATES, self._on_joints, qos_profile_sensor_data, callback_group=sensors
+        )
+        self._reset_client = self.create_client(ResetScene, SERVICE_RESET_SCENE, callback_group=sensors)
+        self.create_service(LoadAdapter, SERVICE_LOAD_ADAPTER, self._on_load_adapter, callback_group=sensors)
+        self.create_service(GetExperts, SERVICE_GET_EXPERTS, self._on_get_experts, callback_group=sensors)
+        self.create_timer(
+            self.watchdog_s / 2, self._watchdog, callback_group=MutuallyExclusiveCallbackGroup()
+        )
+        self._action_server = ActionServer(
+            self,
+            ExecuteTask,
+            ACTION_EXECUTE_TASK,
+            execute_callback=self._execute,
+            goal_callback=self._on_goal,
+            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        self.get_logger().info(f"{robot} executor: experts {sorted(versions.items())} from {experts_dir}")
+
+    # ------------------------------------------------------------------ sensors and commands
+    def _on_image(self, msg: Image) -> None:
+        try:
+            image = msg_to_image(msg)
+        except ValueError as error:
+            self.get_logger().warning(f"camera frame ignored: {error}")
+            return
+        with self._sensor:
+            self._image, self._image_time = image, time.monotonic()
+            self._sensor.notify_all()
+
+    def _on_joints(self, msg: JointState) -> None:
+        with self._sensor:
+            self._joints, self._joint_time = np.asarray(msg.position, dtype=np.float32), time.monotonic()
+            self._sensor.notify_all()
+
+    def fresh_observation(self, after: float) -> dict:
+        """The newest frame and joint state, both received after `after` (monotonic time)."""
+        with self._sensor:
+            fresh = self._sensor.wait_for(
+                lambda: self._image is not None and min(self._image_time, self._joint_time) >= after,
+                OBS_WAIT_S,
+            )
+            if not fresh:
+                raise TimeoutError(f"no fresh camera frame and joint state within {OBS_WAIT_S} s")
+            return {OBS_IMAGE: self._image, OBS_PROPRIO: self._joints.copy()}
+
+    def command(self, action: np.ndarray) -> None:
+        """Publish a joint command, clipped to the arm's position and velocity limits (never bypassed)."""
+        with self._sensor:
+            current = self._joints[: self.arm.n_joints].astype(np.float64)
+        safe = clip_joint_command(self.arm, action, current, self.period_s)
+        self._command_pub.publish(command_to_joint_state(safe, self.arm.joint_names))
+        self._last_command_time = time.monotonic()
+
+    def hold(self) -> None:
+        """Command the measured joint positions: the arm stops where it is."""
+        with self._sensor:
+            if self._joints is None:
+                return
+            current = self._joints[: self.arm.n_joints].astype(np.float64)
+        self._command_pub.publish(command_to_joint_state(current, self.arm.joint_names))
+        self._last_command_time = time.monotonic()
+
+    def _watchdog(self) -> None:
+        if self._goal_active and time.monotonic() - self._last_command_time > self.watchdog_s:
+            self.get_logger().warning(f"no command for {self.watchdog_s} s (inference stalled?): holding")
+            self.hold()
+
+    # ------------------------------------------------------------------ ExecuteTask
+    def _on_goal(self, goal: ExecuteTask.Goal) -> GoalResponse:
+        if self._goal_active:
+            self.get_logger().warning("ExecuteTask goal rejected: a task is already running")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _execute(self, goal_handle) -> ExecuteTask.Result:
+        result = ExecuteTask.Result(first_failed_index=-1)
+        start = time.monotonic()
+        try:
+            composition = msg_to_composition(goal_handle.request.composition)
+            if composition.robot != self.arm.name:
+                raise ValueError(
+                    f"composition is for {composition.robot!r}, this executor runs {self.arm.name!r}"
+                )
+            route = self.router.route(composition)
+        except (ValueError, UnknownSkillError) as error:
+            return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
+        if goal_handle.request.reset_scene:
+            self._reset_scene(composition.name, goal_handle.request.initial_state_seed)
+        monitor = FeedbackMonitor(goal_handle, [skill for _, skill in route])
+        self._goal_active = True
+        self._last_command_time = time.monotonic()
+        try:
+            trial = self.router.run(
+                RosRobot(self), composition, goal_handle.request.initial_state_seed, monitor
+            )
+        except GoalCanceledError:
+            self.hold()
+            result.subtasks = monitor.progress
+            return self._finish(
+                goal_handle, result, "CANCELED", "canceled by the client", start, canceled=True
+            )
+        except TimeoutError as error:
+            self.hold()
+            return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
+        finally:
+            self._goal_active = False
+        self.hold()
+        result.subtasks = monitor.progress
+        result.success = trial.outcome == OUTCOME_SUCCESS
+        result.first_failed_index = trial.timed_out_index
+        return self._finish(goal_handle, result, trial.outcome, trial.timeout_label, start)
+
+    def _finish(
+        self, goal_handle, result, outcome: str, message: str, start: float, abort=False, canceled=False
+    ):
+        result.outcome, result.message, result.duration = outcome, message, time.monotonic() - start
+        self.get_logger().info(f"ExecuteTask {outcome}: {message}")
+        if canceled:
+            goal_handle.canceled()
+        elif abort:
+            goal_handle.abort()
+        else:
+            goal_handle.succeed()
+        return result
+
+    def _reset_scene(self, composition: str, seed: int) -> None:
+        if not self._reset_client.wait_for_service(timeout_sec=OBS_WAIT_S):
+            raise TimeoutError(f"{SERVICE_RESET_SCENE} is not available (reset_scene works on the sim only)")
+        done = threading.Event()
+        future = self._reset_client.call_async(ResetScene.Request(composition=composition, seed=seed))
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(OBS_WAIT_S) or not future.result().success:
+            raise TimeoutError(
+                f"scene reset failed: {future.result().message if future.done() else 'no answer'}"
+            )
+
+    # ------------------------------------------------------------------ experts
+    def _on_load_adapter(
+        self, request: LoadAdapter.Request, response: LoadAdapter.Response
+    ) -> LoadAdapter.Response:
+        """Activate a registry version, or (with `uri`) an adapter directory from elsewhere.
+
+        Either way the files are verified before the live weights change; on any failure the
+        previous version stays active and the reason goes back to the caller.
+        """
+        with self._model_lock:
+            try:
+                if request.uri:
+                    path = Path(request.uri.removeprefix("file://"))
+                    if AdapterMeta.read(path).version != request.version:
+                        raise AdapterLoadError(f"{path} holds another version than {request.version}")
+                    load_adapter(self.library, request.skill, path)
+                else:
+                    self.registry.activate(self.library, request.skill, request.version)
+                self.policy.versions[request.skill] = request.version
+                response.success, response.message = True, f"{request.skill} v{request.version} active"
+            except (ArtifactLoadError, KeyError, ValueError) as error:
+                response.success, response.message = False, str(error)
+            response.active_version = self.policy.version(request.skill)
+        summary = f"LoadAdapter {request.skill} v{request.version}: {response.message}"
+        if response.success:  # one severity per call site: rclpy refuses a call site that changes it
+            self.get_logger().info(summary)
+        else:
+            self.get_logger().error(summary)
+        return response
+
+    def _on_get_experts(
+        self, request: GetExperts.Request, response: GetExperts.Response
+    ) -> GetExperts.Response:
+        for info in self.registry.list():
+            if request.skill and info.skill != request.skill:
+                continue
+            response.experts.append(
+                ExpertInfo(
+                    skill=info.skill,
+                    robot=info.robot,
+                    adapter_version=info.adapter_version,
+                    parent_version=info.parent_version
+                    if info.parent_version is not None
+                    else info.adapter_version,
+                    demos_used=info.demos_used,
+                    adapter_hash=info.adapter_hash,
+                    metric_names=list(info.metrics),
+                    metric_values=[float(v) for v in info.metrics.values()],
+                )
+            )
+        return response
+
+
+def main(args: list[str] | None = None) -> None:
+    spin_node(SkillExecutor, args, threads=4)
+
+
+if __name__ == "__main__":
+    main()
