@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,8 +29,9 @@ def test_unknown_robot_is_a_clear_error(tmp_path):
     assert "unknown robots" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_demo_report_names_every_stage(tmp_path):
-    result = robocoach("demo", "--quick", "--output", str(tmp_path))
+    result = robocoach("demo", "--quick", "--robots", "piper", "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     stages = {s["name"]: s["status"] for s in report["stages"]}
@@ -38,3 +41,9 @@ def test_demo_report_names_every_stage(tmp_path):
     for name in report["missing_stages"]:
         assert name in markdown
     assert all(status in ("done", "missing") for status in stages.values())
+    bootstrap = next(s for s in report["stages"] if s["name"] == "bootstrap_demos")
+    assert bootstrap["status"] == "done"
+    for skill in bootstrap["results"]["summaries"]["piper"].values():
+        assert skill["accepted"] == bootstrap["results"]["demos_per_skill"]
+    for plot in bootstrap["results"]["plots"]:
+        assert (tmp_path / plot).stat().st_size > 0

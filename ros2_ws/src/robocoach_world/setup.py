@@ -14,7 +14,7 @@ setup(
     zip_safe=True,
     maintainer="RoboCoach maintainers",
     maintainer_email="maintainers@robocoach.dev",
-    description="Offboard side of RoboCoach: the CoachWorld world model, the progress judge, the RIDI coach",
+    description="Offboard side of RoboCoach: CoachWorld, progress judge, RIDI coach, training, nodes.",
     license="Apache-2.0",
     entry_points={"console_scripts": []},
 )

@@ -14,9 +14,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from robocoach_bringup.stages import bootstrap_demos, bootstrap_experts
 from robocoach_skills.constants import ROBOTS
 
 log = logging.getLogger("robocoach.demo")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The sizes of one run of the main job."""
+
+    demos_per_skill: int  # bootstrap subtask demos per skill and arm
+    train_steps: int  # pretraining steps of the bootstrap experts
+    eval_rollouts: int  # deployed evaluation rollouts per composition
+
+
+PROFILES = {
+    "default": Profile(demos_per_skill=10, train_steps=1500, eval_rollouts=10),
+    "quick": Profile(demos_per_skill=3, train_steps=300, eval_rollouts=2),
+}
 
 
 @dataclass
@@ -26,12 +42,17 @@ class DemoConfig:
     output: Path = Path("runs/demo")  # report folder: report.md, report.json, plots
     robots: tuple[str, ...] = ROBOTS  # embodiments to run, from ROBOTS
     quick: bool = False  # the small profile: fewer demos, rollouts and rounds
+    image_size: int = 64  # camera image edge [px] for every stage
     seed: int = 0  # seeds every stage
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.robots if r not in ROBOTS]
         if unknown:
             raise ValueError(f"unknown robots {unknown}; known robots: {', '.join(ROBOTS)}")
+
+    @property
+    def profile(self) -> Profile:
+        return PROFILES["quick" if self.quick else "default"]
 
 
 StageFn = Callable[[DemoConfig, dict], dict]
@@ -58,12 +79,12 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "bootstrap_demos",
         "scripted operator records a small demo budget per skill on the MuJoCo scene",
-        missing_until="The embedded default robot (MuJoCo scenes, skills, task suites, scripted operator)",
+        run=bootstrap_demos.run,
     ),
     Stage(
         "bootstrap_experts",
-        "train the shared backbone and one adapter per skill on the bootstrap demos",
-        missing_until="Skill experts: shared backbone + per-skill LoRA adapters",
+        "train the shared backbone and one adapter per skill on the bootstrap demos; deployed success",
+        run=bootstrap_experts.run,
     ),
     Stage(
         "ridi_rounds",

@@ -1,0 +1,1 @@
+"""The main job's stages, one module each; `demo.py` chains them."""
