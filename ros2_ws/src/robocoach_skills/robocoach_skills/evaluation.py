@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from robocoach_skills import measures
 from robocoach_skills.composition import Composition
 from robocoach_skills.router import Router, TrialMonitor, TrialResult
 from robocoach_skills.sim.scene import SimScene
@@ -70,10 +71,8 @@ class EvaluationResult:
 
 
 def success_rate(trials: list[TrialResult]) -> float:
-    """Fraction of trials whose every subtask completed (the project's one definition of success)."""
-    if not trials:
-        raise ValueError("success rate of zero trials is undefined")
-    return sum(t.ground_truth["success"] for t in trials) / len(trials)
+    """Fraction of trials whose every subtask completed (measures.success_rate over ground truth)."""
+    return measures.success_rate([t.ground_truth["success"] for t in trials])
 
 
 def evaluate(router: Router, scene: SimScene, composition: Composition, seeds: list[int]) -> EvaluationResult:
