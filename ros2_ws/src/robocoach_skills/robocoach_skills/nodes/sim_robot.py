@@ -37,17 +37,14 @@ COMMAND_QOS = QoSProfile(
 class SimRobot(Node):
     def __init__(self) -> None:
         super().__init__("sim_robot")
-        robot = self.declare_parameter("robot", "franka").value  # embodiment: franka or piper
-        image_size = self.declare_parameter("image_size", 64).value  # camera image edge [px]
-        policy_rate = self.declare_parameter(
-            "policy_rate_hz", 10.0
-        ).value  # physics advance / command rate [Hz]
-        joint_state_rate = self.declare_parameter("joint_state_rate_hz", 50.0).value  # [Hz]
-        camera_rate = self.declare_parameter("camera_rate_hz", 10.0).value  # [Hz]
-        composition = self.declare_parameter(
-            "composition", ""
-        ).value  # initial scene; "" = first training task
-        seed = self.declare_parameter("seed", 0).value  # initial-state seed of that scene
+        declare = self.declare_parameter
+        robot = declare("robot", "franka").value  # embodiment: franka or piper
+        image_size = declare("image_size", 64).value  # camera image edge [px]
+        policy_rate = declare("policy_rate_hz", 10.0).value  # physics advance / command rate [Hz]
+        joint_state_rate = declare("joint_state_rate_hz", 50.0).value  # [Hz]
+        camera_rate = declare("camera_rate_hz", 10.0).value  # [Hz]
+        composition = declare("composition", "").value  # initial scene; "" = the first training task
+        seed = declare("seed", 0).value  # initial-state seed of that scene
 
         self.scene = SimScene(SceneConfig(robot=robot, image_size=image_size, policy_hz=policy_rate))
         self.arm = self.scene.arm
@@ -91,7 +88,9 @@ class SimRobot(Node):
 
     def _refuse(self, reason: str) -> None:
         self.rejected += 1
-        self.get_logger().warning(f"joint command refused ({reason}); holding position")
+        self.get_logger().warning(
+            f"joint command refused ({reason}); holding position [{self.rejected} refused]"
+        )
         self._command = None
         self.scene.hold()
 

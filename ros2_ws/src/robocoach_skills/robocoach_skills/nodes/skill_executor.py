@@ -117,19 +117,14 @@ class FeedbackMonitor(TrialMonitor):
 class SkillExecutor(Node):
     def __init__(self) -> None:
         super().__init__("skill_executor")
-        robot = self.declare_parameter("robot", "franka").value  # embodiment: franka or piper
-        experts_dir = self.declare_parameter("experts_dir", "").value  # backbone + adapters + deadlines
-        policy_rate = self.declare_parameter("policy_rate_hz", 10.0).value  # expert steps per second [Hz]
-        self.watchdog_s = self.declare_parameter(
-            "watchdog_s", 0.5
-        ).value  # hold if no command for this long [s]
-        n_action_steps = self.declare_parameter(
-            "n_action_steps", 1
-        ).value  # chunk steps executed per inference
-        deadline_steps = self.declare_parameter(
-            "deadline_steps", 150
-        ).value  # default subtask deadline [steps]
-        torch.set_num_threads(self.declare_parameter("torch_threads", 1).value)
+        declare = self.declare_parameter
+        robot = declare("robot", "franka").value  # embodiment: franka or piper
+        experts_dir = declare("experts_dir", "").value  # backbone + adapters + deadlines
+        policy_rate = declare("policy_rate_hz", 10.0).value  # expert steps per second [Hz]
+        self.watchdog_s = declare("watchdog_s", 0.5).value  # hold if no command went out for this long [s]
+        n_action_steps = declare("n_action_steps", 1).value  # chunk steps executed per inference
+        deadline_steps = declare("deadline_steps", 150).value  # where no deadline was calibrated [steps]
+        torch.set_num_threads(declare("torch_threads", 1).value)  # 1 is fastest beside the sim on 2 cores
         if not experts_dir:
             raise ValueError("parameter experts_dir is required (a directory written by bootstrap training)")
 
