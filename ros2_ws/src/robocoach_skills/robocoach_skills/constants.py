@@ -12,7 +12,6 @@ ROBOTS: tuple[str, ...] = ("franka", "piper")
 # Observation / episode keys (only what a real robot provides, plus privileged ground truth).
 OBS_IMAGE = "image"  # (H, W, 3) uint8 RGB camera frame
 OBS_PROPRIO = "proprio"  # (n_joints + 1,) float32 joint positions [rad] + gripper opening [0..1]
-OBS_PRIVILEGED = "privileged"  # dict of ground-truth scene state; never given to learners
 
 # Training-sample / batch keys (the episode dataset yields them, experts and judges consume them).
 KEY_ACTION_CHUNK = "action_chunk"  # (K, ACTION_DIM) padded future actions: joint targets + gripper
@@ -45,10 +44,6 @@ SUBTASK_ARGUMENTS: tuple[str, ...] = (
 TOPIC_JOINT_STATES = "/robocoach/robot/joint_states"
 TOPIC_CAMERA = "/robocoach/robot/camera/image_raw"
 TOPIC_JOINT_COMMAND = "/robocoach/robot/joint_command"
-TOPIC_DEMO_REQUESTS = "/robocoach/operator/demo_requests"
-TOPIC_DEMO_EPISODES = "/robocoach/operator/demo_episodes"
-TOPIC_COACH_ROUND = "/robocoach/coach/round"
-TOPIC_IMAGINED_FRAMES = "/robocoach/world/imagined/image"
 SERVICE_RESET_SCENE = "/robocoach/robot/reset_scene"
 ACTION_EXECUTE_TASK = "/robocoach/skills/execute_task"
 SERVICE_LOAD_ADAPTER = "/robocoach/skills/load_adapter"
@@ -58,5 +53,4 @@ SERVICE_GET_EXPERTS = "/robocoach/skills/get_experts"
 GRIPPER_JOINT = "gripper"
 
 # Frame ids.
-FRAME_WORLD = "world"
 FRAME_CAMERA = "camera_optical"
