@@ -18,22 +18,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import safetensors.torch
 import torch
-from safetensors import SafetensorError
 
+from robocoach_skills.checkpoint import (
+    CheckpointError,
+    json_bytes,
+    read_verified,
+    robocoach_version,
+    state_mismatches,
+    write_atomically,
+)
 from robocoach_skills.experts.config import ExpertConfig
-from robocoach_skills.experts.model import ExpertLibrary, state_mismatches
+from robocoach_skills.experts.model import ExpertLibrary
 
 FORMAT_VERSION = 1  # bump when the layout or the meta fields change incompatibly
 ADAPTER_WEIGHTS = "adapter.safetensors"
@@ -43,7 +46,7 @@ BACKBONE_META = "config.json"
 CALLER_FIELDS = ("version", "parent_version", "demos_used", "metrics", "robot")  # what save_adapter takes
 
 
-class ArtifactLoadError(RuntimeError):
+class ArtifactLoadError(CheckpointError):
     """A checkpoint that must not be loaded (corrupt, tampered with, or built for another model)."""
 
 
@@ -105,11 +108,11 @@ def save_adapter(library: ExpertLibrary, skill: str, directory: Path, meta: Mapp
         sha256=hashlib.sha256(data).hexdigest(),
         config=library.config.adapter_signature(),
         torch_version=torch.__version__,
-        robocoach_version=_robocoach_version(),
+        robocoach_version=robocoach_version(),
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         tensors={k: list(v.shape) for k, v in tensors.items()},
     )
-    return _write_atomically(Path(directory), {ADAPTER_WEIGHTS: data, ADAPTER_META: _json(asdict(full))})
+    return write_atomically(Path(directory), {ADAPTER_WEIGHTS: data, ADAPTER_META: json_bytes(asdict(full))})
 
 
 def load_adapter(library: ExpertLibrary, skill: str, directory: Path) -> AdapterMeta:
@@ -126,7 +129,7 @@ def load_adapter(library: ExpertLibrary, skill: str, directory: Path) -> Adapter
     if meta.config != expected_config:
         diff = {k: (meta.config.get(k), v) for k, v in expected_config.items() if meta.config.get(k) != v}
         raise AdapterLoadError(f"{directory} was built for another model config (file, library): {diff}")
-    tensors = _read_verified(directory / ADAPTER_WEIGHTS, meta.sha256, AdapterLoadError)
+    tensors = read_verified(directory / ADAPTER_WEIGHTS, meta.sha256, AdapterLoadError)
     problems = state_mismatches(library.skill_state_template(), tensors)
     if problems:
         raise AdapterLoadError(f"{directory} does not fit skill {skill!r}: {'; '.join(problems)}")
@@ -143,11 +146,11 @@ def save_backbone(library: ExpertLibrary, directory: Path, extra: Mapping[str, A
         "config": library.config.to_dict(),
         "sha256": hashlib.sha256(data).hexdigest(),
         "torch_version": torch.__version__,
-        "robocoach_version": _robocoach_version(),
+        "robocoach_version": robocoach_version(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "extra": dict(extra or {}),
     }
-    return _write_atomically(Path(directory), {BACKBONE_WEIGHTS: data, BACKBONE_META: _json(info)})
+    return write_atomically(Path(directory), {BACKBONE_WEIGHTS: data, BACKBONE_META: json_bytes(info)})
 
 
 def load_backbone(directory: Path, library: ExpertLibrary | None = None) -> ExpertLibrary:
@@ -163,61 +166,10 @@ def load_backbone(directory: Path, library: ExpertLibrary | None = None) -> Expe
         raise ArtifactLoadError(f"unreadable backbone metadata in {directory}: {e}") from e
     if info.get("format_version") != FORMAT_VERSION:
         raise ArtifactLoadError(f"{directory} has format_version {info.get('format_version')!r}")
-    tensors = _read_verified(directory / BACKBONE_WEIGHTS, info.get("sha256", ""), ArtifactLoadError)
+    tensors = read_verified(directory / BACKBONE_WEIGHTS, info.get("sha256", ""), ArtifactLoadError)
     library = library if library is not None else ExpertLibrary(config)
     problems = state_mismatches(library.backbone.state_dict(), tensors)
     if problems:
         raise ArtifactLoadError(f"{directory} does not fit this backbone: {'; '.join(problems)}")
     library.backbone.load_state_dict(tensors)
     return library
-
-
-def _read_verified(path: Path, sha256: str, error: type[ArtifactLoadError]) -> dict[str, torch.Tensor]:
-    """Read a safetensors file once, check its hash against the metadata, then parse those same bytes."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise error(f"cannot read {path}: {e}") from e
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != sha256:
-        raise error(f"{path} is corrupt or was modified: its sha256 is {actual}, its metadata says {sha256}")
-    try:
-        return safetensors.torch.load(data)
-    except (SafetensorError, ValueError) as e:
-        raise error(f"{path} is not a valid safetensors file: {e}") from e
-
-
-def _write_atomically(directory: Path, files: Mapping[str, bytes]) -> Path:
-    """Create `directory` holding `files`, or nothing: write under a hidden temp name, fsync, rename."""
-    if directory.exists():
-        raise FileExistsError(f"{directory} already exists; versions are immutable")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex}"
-    tmp.mkdir()
-    try:
-        for name, data in files.items():
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        os.rename(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    dir_fd = os.open(directory.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-    return directory
-
-
-def _json(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
-
-
-def _robocoach_version() -> str:
-    try:
-        return metadata.version("robocoach_skills")
-    except metadata.PackageNotFoundError:
-        return "unknown"

@@ -38,6 +38,7 @@ import torch.nn.functional as F  # noqa: N812 (the torch idiom)
 from torch import nn
 
 from robocoach_skills.action_contract import ACTION_DIM, channel_mask
+from robocoach_skills.checkpoint import state_mismatches
 from robocoach_skills.composition import UnknownSkillError
 from robocoach_skills.constants import (
     KEY_ACTION_CHUNK,
@@ -197,17 +198,6 @@ def chunk_loss(
     )
     loss = action_l1 + config.done_weight * done_bce
     return loss, {"loss": loss.item(), "action_l1": action_l1.item(), "done_bce": done_bce.item()}
-
-
-def state_mismatches(expected: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> list[str]:
-    """Human-readable differences in names, shapes and dtypes between two tensor dicts ([] if none)."""
-    problems = [f"missing tensor {k!r}" for k in sorted(expected.keys() - got.keys())]
-    problems += [f"unexpected tensor {k!r}" for k in sorted(got.keys() - expected.keys())]
-    for k in sorted(expected.keys() & got.keys()):
-        e, g = expected[k], got[k]
-        if e.shape != g.shape or e.dtype != g.dtype:
-            problems.append(f"{k}: expected {tuple(e.shape)} {e.dtype}, got {tuple(g.shape)} {g.dtype}")
-    return problems
 
 
 def split_by_skill(batch: Batch, skills: Sequence[str]) -> dict[str, dict[str, Any]]:
