@@ -8,6 +8,8 @@ from robocoach_skills.action_contract import native_dim
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.data.episode import Episode
 
+FAILED_FINAL_PROGRESS = 0.9  # where a failed episode's last subtask stops
+
 
 def make_episode(
     *,
@@ -21,11 +23,16 @@ def make_episode(
     seed: int = 0,
     metadata: dict | None = None,
 ) -> Episode:
-    """A `steps`-long episode with random frames and joints; the skills split the steps evenly, in order."""
+    """A `steps`-long episode with random frames and joints; the skills split the steps evenly, in order.
+
+    Progress ramps to 1 within every segment, except the last one of a failed episode (stops at 0.9).
+    """
     rng = np.random.default_rng(seed)
     dof = native_dim(robot)
     subtask_index = (np.arange(steps) * len(skills) // steps).astype(np.int16)
     progress = np.concatenate([np.linspace(0, 1, n) for n in np.bincount(subtask_index)]).astype(np.float32)
+    if not success:
+        progress[subtask_index == subtask_index[-1]] *= FAILED_FINAL_PROGRESS
     return Episode(
         composition=Composition("_".join(skills), robot, tuple(Subtask(s, "red_cube") for s in skills)),
         seed=seed,

@@ -78,10 +78,13 @@ def test_history_stacks_past_frames_padding_with_the_first(store):
     assert torch.equal(dataset[5]["image"], images[3:6])
 
 
-def test_done_marks_completed_subtask_ends_only():
+def test_done_marks_achieved_frames_and_completed_segment_ends():
     subtasks = np.array([0, 0, 1, 1, 1, 2])
-    assert done_flags(subtasks, success=True).tolist() == [0, 1, 0, 0, 1, 1]
-    assert done_flags(subtasks, success=False).tolist() == [0, 1, 0, 0, 1, 0]
+    unlabelled = np.zeros(6, dtype=np.float32)
+    assert done_flags(subtasks, unlabelled, success=True).tolist() == [0, 1, 0, 0, 1, 1]
+    assert done_flags(subtasks, unlabelled, success=False).tolist() == [0, 1, 0, 0, 1, 0]
+    achieved = np.array([0.3, 1.0, 0.0, 1.0, 1.0, 0.4], dtype=np.float32)  # subtask 1 achieved at t=3
+    assert done_flags(subtasks, achieved, success=False).tolist() == [0, 1, 0, 1, 1, 0]
 
 
 def test_done_in_samples_follows_the_episode(store):

@@ -17,7 +17,7 @@ Sample keys (shapes without the batch axis; with history > 1 image and proprio g
     action_mask    (chunk_len,) bool    True where action_chunk holds a real (not repeated) action
     progress       () float32           ground-truth progress of the active subtask at t
     subtask_index  () int64             index of the active subtask at t
-    done           () float32           1.0 where the active subtask completes at t (see `done_flags`)
+    done           () float32           1.0 where the active subtask is achieved at t (see `done_flags`)
     episode_id     () int64             the store index of the episode (123 for "episode_000123")
     frame_index    () int64             t
     robot_id       () int64             index into constants.ROBOTS
@@ -83,18 +83,21 @@ class DatasetConfig:
             raise ValueError(f"cache_episodes must be >= 1, got {self.cache_episodes!r}")
 
 
-def done_flags(subtask_index: np.ndarray, success: bool) -> np.ndarray:
-    """(T,) float32: 1 at the last step of each completed subtask segment, else 0.
+def done_flags(subtask_index: np.ndarray, progress: np.ndarray, success: bool) -> np.ndarray:
+    """(T,) float32: 1 wherever the active subtask is already achieved, else 0.
 
-    A segment ends where the next frame's subtask differs; the episode's final segment counts as
-    completed only if the episode succeeded (a failed rollout stops mid-subtask).
+    Achieved means ground-truth progress reached 1 (it latches in the sim; on hardware it is the
+    operator's label), or the segment ended by switching to the next subtask; the episode's final
+    segment counts as ended only if the episode succeeded (a failed rollout stops mid-subtask).
+    Labelling every achieved frame, not just the last one, gives the done head a balanced target
+    it can learn from a handful of demos.
 
-    >>> done_flags(np.array([0, 0, 1, 1, 1]), success=False).tolist()
-    [0.0, 1.0, 0.0, 0.0, 0.0]
+    >>> done_flags(np.array([0, 0, 1, 1, 1]), np.array([0.5, 0.9, 0.2, 1.0, 1.0]), success=False).tolist()
+    [0.0, 1.0, 0.0, 1.0, 1.0]
     """
-    done = np.zeros(len(subtask_index), dtype=np.float32)
-    done[:-1] = subtask_index[1:] != subtask_index[:-1]
-    done[-1] = float(success)
+    done = (progress >= 1.0).astype(np.float32)
+    done[:-1] = np.maximum(done[:-1], subtask_index[1:] != subtask_index[:-1])
+    done[-1] = max(done[-1], float(success))
     return done
 
 
@@ -161,7 +164,10 @@ class EpisodeDataset(Dataset):
             self._cache.move_to_end(episode_id)
         else:
             episode = self.store.get(episode_id)
-            self._cache[episode_id] = episode, done_flags(episode.subtask_index, episode.success)
+            self._cache[episode_id] = (
+                episode,
+                done_flags(episode.subtask_index, episode.progress, episode.success),
+            )
             while len(self._cache) > self.config.cache_episodes:
                 self._cache.popitem(last=False)
         return self._cache[episode_id]

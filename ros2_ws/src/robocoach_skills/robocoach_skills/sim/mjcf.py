@@ -60,6 +60,18 @@ def button_cap_geom(name: str) -> str:
     return f"{name}_cap"
 
 
+def button_lamp_geom(name: str) -> str:
+    """The button's housing, which doubles as its latching indicator ring (see SimScene)."""
+    return f"{name}_base"
+
+
+# Indicator ring colours: off until the button is pressed, then lit until the next reset, like a
+# latching industrial push button. Without it a released button looks unpressed, and no camera
+# (judge, world model, done head) could tell a pressed button from an untouched one.
+BUTTON_LAMP_OFF_RGBA = (0.3, 0.3, 0.32, 1.0)
+BUTTON_LAMP_ON_RGBA = (1.0, 0.95, 0.55, 1.0)
+
+
 def arm_actuator(joint: str) -> str:
     return f"act_{joint}"
 
@@ -305,8 +317,9 @@ def _button_xml(layout: WorkspaceLayout, name: str, physics: PhysicsSpec) -> str
     cap_half = (d.button_cap_height + d.button_travel) / 2
     return (
         f'<body name="{name}" pos="{x:.4g} {y:.4g} 0">'
-        f'<geom name="{name}_base" class="env" type="cylinder" size="{d.button_base_radius:.4g} '
-        f'{d.button_base_height / 2:.4g}" pos="0 0 {d.button_base_height / 2:.4g}" rgba="0.3 0.3 0.32 1"/>'
+        f'<geom name="{button_lamp_geom(name)}" class="env" type="cylinder" '
+        f'size="{d.button_base_radius:.4g} {d.button_base_height / 2:.4g}" '
+        f'pos="0 0 {d.button_base_height / 2:.4g}" rgba="{_fmt(BUTTON_LAMP_OFF_RGBA)}"/>'
         f'<body name="{name}_cap_body" pos="0 0 {d.button_base_height:.4g}" gravcomp="1">'
         f'<joint name="{button_joint(name)}" type="slide" axis="0 0 1" range="{-d.button_travel:.4g} 0" '
         f'stiffness="{d.button_stiffness:.4g}" springref="0" damping="{physics.button_damping:.4g}"/>'

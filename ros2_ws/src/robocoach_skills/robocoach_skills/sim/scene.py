@@ -139,6 +139,7 @@ class SimScene:
         self._coloured_geoms = {c: self._cube_geom[c] for c in CUBES} | {
             b: m.geom(mjcf.button_cap_geom(b)).id for b in BUTTONS
         }
+        self._lamp_geoms = {b: m.geom(mjcf.button_lamp_geom(b)).id for b in BUTTONS}
         self._light = m.light(mjcf.KEY_LIGHT).id
         self._camera = m.camera(mjcf.CAMERA).id
 
@@ -176,6 +177,8 @@ class SimScene:
             m.body(b).pos[:2] = state.button_xy[b]
         for name, geom in self._coloured_geoms.items():
             m.geom_rgba[geom] = state.rgba[name]
+        for geom in self._lamp_geoms.values():
+            m.geom_rgba[geom] = mjcf.BUTTON_LAMP_OFF_RGBA
         m.light_diffuse[self._light] = np.clip(self._nominal_light[0] * state.light_scale, 0.0, 1.0)
         m.light_pos[self._light] = self._nominal_light[1] + np.asarray(state.light_offset)
         q = np.clip(np.asarray(state.arm_q, dtype=np.float64), self.arm.lower_array, self.arm.upper_array)
@@ -293,6 +296,7 @@ class SimScene:
             pressed = self._button_depth(b) > self._press_threshold
             if pressed and not self._pressed[b]:
                 self._press_count[b] += 1
+                self.model.geom_rgba[self._lamp_geoms[b]] = mjcf.BUTTON_LAMP_ON_RGBA
             self._pressed[b] = pressed
 
     def _finger_contacts(self) -> dict[str, set[int]]:
