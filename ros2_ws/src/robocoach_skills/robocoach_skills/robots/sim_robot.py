@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robocoach_skills.composition import Composition
 from robocoach_skills.constants import ROBOTS
+from robocoach_skills.operator import ScriptedOperator
 from robocoach_skills.robots.base import Robot, register_robot
 from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.sim.scene import SceneConfig, SimScene
@@ -86,3 +88,25 @@ class SimRobot(Robot):
 
     def _estop(self) -> None:
         self.scene.hold()
+
+    # ------------------------------------------------------------------ sim only (demo recorder)
+    def reset_for_subtask(self, composition: Composition, index: int, seed: int) -> bool:
+        """Put the scene where subtask `index` of `composition` starts from initial-state `seed`.
+
+        The subtasks before it are done by the scripted operator, unrecorded (a human demonstrating
+        subtask 2 starts where subtask 1 left the scene). Returns whether they all succeeded; when
+        not, the scene is not in a state the subtask can start from.
+        """
+        self._require_connected()
+        if index == 0:
+            self.scene.reset(composition, seed)
+            return True
+        before = ScriptedOperator().demo_subtask(self.scene, composition, index - 1, seed)
+        self.scene.start_subtask(index)
+        return before.success and before.metadata["prerequisites_ok"]
+
+    def subtask_status(self) -> tuple[float, bool]:
+        """Ground-truth (progress 0..1, success) of the scene's active subtask."""
+        self._require_connected()
+        index = self.scene.active_subtask
+        return self.scene.subtask_progress(index), self.scene.subtask_success(index)

@@ -1,0 +1,1 @@
+"""Teleoperated demo sessions: operator devices (sources) and the take/accept/store logic (session)."""

@@ -1,0 +1,449 @@
+"""One operator's demo session: requests in, takes recorded through the robot interface, verdicts, storage.
+
+A `DemoRequest` from the coach names one subtask of one composition and the initial-state seeds
+where imagined rollouts failed. `resolve_request` checks it against the task suite (or says why it
+cannot be served: unknown skill, wrong robot, an initial state nothing can reproduce); `DemoSession`
+then records takes of that one subtask until `count` are accepted:
+
+1. reset to the seed's initial state (sim: the scene is reset and the subtasks before the requested
+   one are done by the scripted operator, unrecorded, so the take starts where a deployed policy
+   would; if they fail, that initial state is unreachable and the request is rejected);
+2. record frame/action pairs from the teleop source at the policy rate until the operator ends the
+   take (or, with `auto_accept`, as soon as the simulator's ground truth says the subtask succeeded);
+3. take the operator's verdict: accepted takes go to the `EpisodeStore` (atomic) and then to an MCAP
+   bag next to it; discarded ones are only reported.
+
+Crash safety: a take lives in memory until accepted, and a marker file `.tmp-take-<hex>.json` in the
+store root says a take is being recorded. A process killed mid-take leaves only that marker: the
+store never lists it (readers skip `.tmp-*`), `incomplete_takes` reports it, and
+`EpisodeStore.recover` deletes it. An accepted take is in the store, fsynced, before anyone is
+told; a missing bag is re-exported by `export_missing_bags` when the recorder starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.constants import GRIPPER_JOINT, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.data.episode import Episode
+from robocoach_skills.data.rosbag_export import export_mcap
+from robocoach_skills.data.store import EPISODE_PATH, TMP_PREFIX, EpisodeStore
+from robocoach_skills.robots.base import Robot
+from robocoach_skills.robots.sim_robot import SimRobot
+from robocoach_skills.skills import validate_subtask
+from robocoach_skills.tasks import get_composition
+from robocoach_skills.teleop.sources import (
+    CMD_ACCEPT,
+    CMD_CLOSE,
+    CMD_DISCARD,
+    CMD_END,
+    CMD_OPEN,
+    CMD_TOGGLE_GRIPPER,
+    COMMANDS,
+    TeleopSource,
+)
+
+RECORDER = "demo_recorder"  # metadata["recorder"] of every episode this module writes
+TAKE_MARKER_PREFIX = TMP_PREFIX + "take-"  # under the store's tmp prefix: recover() sweeps it
+DISCARDED_BY_OPERATOR = "discarded by the operator"
+
+
+class RequestRejectedError(Exception):
+    """A request this station cannot serve; `reason` goes back to the coach."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TakeCanceledError(Exception):
+    """The client canceled the collection while a take was running."""
+
+
+@dataclass(frozen=True)
+class DemoRequestSpec:
+    """The plain-Python twin of robocoach_msgs/DemoRequest."""
+
+    request_id: str
+    robot: str
+    subtask: Subtask
+    composition: str  # name in the robot's task suite
+    count: int = 1  # accepted demos wanted
+    seeds: tuple[int, ...] = ()  # initial-state seeds where failures concentrate
+    reason: str = ""  # why the coach asks
+    priority: float = 0.0
+    round: int = 0
+
+
+@dataclass(frozen=True)
+class DemoTarget:
+    """A request resolved against the task suite: the subtask is `composition.subtasks[index]`."""
+
+    request: DemoRequestSpec
+    composition: Composition
+    index: int
+
+    @property
+    def demo_composition(self) -> Composition:
+        """The one-subtask composition the recorded episode carries (as the scripted operator's do)."""
+        subtask = self.composition.subtasks[self.index]
+        name = f"{self.composition.name}/{self.index}:{subtask.skill}"
+        return Composition(name, self.composition.robot, (subtask,), held_out=self.composition.held_out)
+
+    def seed(self, take: int) -> int:
+        """Initial-state seed of take `take`: the requested seeds in turn, else the take number."""
+        seeds = self.request.seeds
+        return int(seeds[take % len(seeds)]) if seeds else take
+
+
+def resolve_request(request: DemoRequestSpec, robot: str) -> DemoTarget:
+    """Check a request against this station's robot and task suite; RequestRejectedError says why not."""
+    if request.robot != robot:
+        raise RequestRejectedError(f"request is for {request.robot!r}; this station records on {robot!r}")
+    if request.count < 1:
+        raise RequestRejectedError(f"request asks for {request.count} demos")
+    try:
+        validate_subtask(request.subtask)
+    except ValueError as error:
+        raise RequestRejectedError(f"cannot demonstrate {request.subtask}: {error}") from None
+    try:
+        composition = get_composition(robot, request.composition)
+    except ValueError as error:
+        raise RequestRejectedError(f"unreachable initial state: {error}") from None
+    if request.subtask not in composition.subtasks:
+        raise RequestRejectedError(
+            f"unreachable initial state: {request.subtask} is not a subtask of {composition.name} "
+            f"({', '.join(map(str, composition.subtasks))})"
+        )
+    return DemoTarget(request, composition, composition.subtasks.index(request.subtask))
+
+
+def describe(target: DemoTarget, accepted: int = 0) -> str:
+    """One line for the operator: which subtask, why, from which initial states, how many to go."""
+    r = target.request
+    seeds = ", ".join(map(str, r.seeds)) if r.seeds else "any"
+    return (
+        f"[{r.request_id}] round {r.round}, priority {r.priority:.2f}: demonstrate {r.subtask} "
+        f"(subtask {target.index + 1}/{len(target.composition.subtasks)} of {target.composition.name}); "
+        f"why: {r.reason or 'not given'}; initial-state seeds: {seeds}; {accepted}/{r.count} accepted"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- storage
+def take_marker(store_root: Path, target: DemoTarget, seed: int) -> Path:
+    """Mark a take as in progress (see the module docstring); delete the file when the take ends."""
+    path = store_root / f"{TAKE_MARKER_PREFIX}{uuid.uuid4().hex}.json"
+    info = {"request_id": target.request.request_id, "subtask": str(target.request.subtask), "seed": seed}
+    with open(path, "w") as f:
+        json.dump(info | {"started": time.time(), "pid": os.getpid()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def incomplete_takes(store_root: Path) -> list[dict]:
+    """Takes a killed recorder left behind (never stored, never used), with their request ids."""
+    takes = []
+    for path in sorted(store_root.glob(f"{TAKE_MARKER_PREFIX}*.json")):
+        try:
+            takes.append(json.loads(path.read_text()) | {"marker": str(path)})
+        except (OSError, json.JSONDecodeError):
+            takes.append({"marker": str(path)})  # killed while writing the marker itself
+    return takes
+
+
+def bag_path(bag_dir: Path, episode_id: str) -> Path:
+    return bag_dir / episode_id
+
+
+def export_bag(episode: Episode, bag_dir: Path, episode_id: str) -> Path:
+    """Write the MCAP bag into a tmp directory, then rename it into place (readers never see half a bag)."""
+    bag_dir.mkdir(parents=True, exist_ok=True)
+    tmp = bag_dir / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    try:
+        export_mcap(episode, tmp)
+        os.rename(tmp, bag_path(bag_dir, episode_id))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return bag_path(bag_dir, episode_id)
+
+
+def export_missing_bags(store: EpisodeStore, bag_dir: Path) -> list[str]:
+    """Re-export the bags of accepted takes whose recorder died between storing and exporting."""
+    missing = [
+        m.episode_id
+        for m in store.iter_meta(kind="demo")
+        if m.metadata.get("recorder") == RECORDER and not bag_path(bag_dir, m.episode_id).exists()
+    ]
+    for episode_id in missing:
+        export_bag(store.get(episode_id), bag_dir, episode_id)
+    return missing
+
+
+# ---------------------------------------------------------------------------------------------- takes
+@dataclass
+class SessionConfig:
+    """How takes are recorded and judged."""
+
+    max_take_s: float = 60.0  # a take ends by itself after this long [s]
+    verdict_timeout_s: float = 300.0  # no accept/discard within this long after a take -> discarded [s]
+    auto_accept: bool = False  # sim only: end a take when the subtask succeeds; accept iff it did
+    max_takes_per_demo: int = 3  # takes allowed per requested demo before the request is given up
+    preview_frames: int = 4  # frames of each take sent back to operator UIs
+    operator: str = "teleop"  # recorded as metadata["operator"]
+
+    def __post_init__(self) -> None:
+        for name in ("max_take_s", "verdict_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SessionConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.max_takes_per_demo < 1:
+            raise ValueError(f"SessionConfig.max_takes_per_demo must be >= 1, got {self.max_takes_per_demo}")
+        if self.preview_frames < 0:
+            raise ValueError(f"SessionConfig.preview_frames must be >= 0, got {self.preview_frames}")
+
+
+@dataclass
+class TakeResult:
+    """One recorded take and what became of it."""
+
+    episode: Episode
+    accepted: bool
+    seed: int
+    duration: float  # [s]
+    episode_id: str = ""  # store id; empty when discarded
+    storage_uri: str = ""
+    bag: Path | None = None
+    rejection_reason: str = ""  # why it was not accepted
+    preview: list[np.ndarray] = field(default_factory=list)
+
+
+def _prefixed(on_status: Callable[[str, int], None], prefix: str, accepted: int, text: str) -> None:
+    on_status(prefix + text, accepted)
+
+
+class _Frames:
+    """Frame t is observed, then action t applied; progress is the ground truth of frame t (0 without one)."""
+
+    def __init__(self) -> None:
+        self.images: list[np.ndarray] = []
+        self.proprio: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.progress: list[float] = []
+
+    def add(self, obs: dict, action: np.ndarray, progress: float) -> None:
+        self.images.append(obs[OBS_IMAGE])
+        self.proprio.append(obs[OBS_PROPRIO])
+        self.actions.append(np.asarray(action, dtype=np.float32))
+        self.progress.append(progress)
+
+    def episode(
+        self, composition: Composition, seed: int, fps: float, success: bool, metadata: dict
+    ) -> Episode:
+        n = len(self.actions)
+        return Episode(
+            composition=composition,
+            seed=seed,
+            fps=fps,
+            images=np.stack(self.images),
+            proprio=np.stack(self.proprio).astype(np.float32),
+            actions=np.stack(self.actions).astype(np.float32),
+            subtask_index=np.zeros(n, dtype=np.int16),
+            progress=np.asarray(self.progress, dtype=np.float32),
+            success=success,
+            kind="demo",
+            metadata=metadata,
+        )
+
+
+class DemoSession:
+    """Records takes for resolved requests on one robot, from one teleop source.
+
+    `command` may be called from any thread (topic callbacks, a stdin reader); `collect` runs in one
+    thread at a time and paces itself at the robot's policy rate.
+    """
+
+    def __init__(
+        self, robot: Robot, source: TeleopSource, store: EpisodeStore, bag_dir: Path, config: SessionConfig
+    ):
+        if OBS_IMAGE not in robot.observation_features:
+            raise ValueError(f"{robot!r} has no camera; a demo needs camera frames")
+        if config.auto_accept and not isinstance(robot, SimRobot):
+            raise ValueError("auto_accept needs the simulator's ground truth (backend 'sim')")
+        self.robot, self.source, self.store, self.bag_dir, self.config = robot, source, store, bag_dir, config
+        self.gripper = 1.0  # gripper command, 1 = open
+        self._commands: queue.Queue[str] = queue.Queue()
+
+    # ------------------------------------------------------------------ operator input
+    def command(self, name: str) -> None:
+        """An operator command (sources.COMMANDS); gripper commands act at once, the others on the take."""
+        if name not in COMMANDS:
+            raise ValueError(f"unknown operator command {name!r}; known: {', '.join(COMMANDS)}")
+        if name in (CMD_OPEN, CMD_CLOSE, CMD_TOGGLE_GRIPPER):
+            self.gripper = (
+                1.0 if name == CMD_OPEN else 0.0 if name == CMD_CLOSE else 1.0 - round(self.gripper)
+            )
+        else:
+            self._commands.put(name)
+
+    def _drain(self) -> str | None:
+        """The last take command received since the previous call (None: nothing new)."""
+        last = None
+        while True:
+            try:
+                last = self._commands.get_nowait()
+            except queue.Empty:
+                return last
+
+    # ------------------------------------------------------------------ sim helpers
+    def _reset(self, target: DemoTarget, seed: int) -> None:
+        if not isinstance(self.robot, SimRobot):
+            raise RequestRejectedError(f"{self.robot.name} cannot reset a scene; only the sim backend can")
+        if not self.robot.reset_for_subtask(target.composition, target.index, seed):
+            raise RequestRejectedError(
+                f"unreachable initial state: the subtasks before {target.request.subtask} did not "
+                f"complete from seed {seed} of {target.composition.name}"
+            )
+
+    def _ground_truth(self) -> tuple[float, bool]:
+        return self.robot.subtask_status() if isinstance(self.robot, SimRobot) else (0.0, False)
+
+    # ------------------------------------------------------------------ takes
+    def collect(
+        self,
+        target: DemoTarget,
+        on_status: Callable[[str, int], None],
+        canceled: Callable[[], bool],
+        on_take: Callable[[TakeResult], None] | None = None,
+    ) -> list[TakeResult]:
+        """Record takes until `count` are accepted or the take allowance is spent.
+
+        `on_status(text, accepted_so_far)` is called about once a second, `on_take` after every take;
+        raises TakeCanceledError when `canceled()` turns true, RequestRejectedError when no take can start.
+        """
+        results: list[TakeResult] = []
+        accepted, count = 0, target.request.count
+        for take in range(count * self.config.max_takes_per_demo):
+            if accepted >= count:
+                break
+            seed = target.seed(take)
+            on_status(f"take {take + 1}: resetting to seed {seed}", accepted)
+            self._reset(target, seed)
+            result = self._take(
+                target, seed, partial(_prefixed, on_status, f"take {take + 1}: ", accepted), canceled
+            )
+            accepted += result.accepted
+            results.append(result)
+            if on_take is not None:
+                on_take(result)
+        return results
+
+    def _take(self, target: DemoTarget, seed: int, status: Callable[[str], None], canceled) -> TakeResult:
+        marker = take_marker(self.store.root, target, seed)
+        try:
+            self._drain()  # commands sent before the take started are stale
+            frames, success, verdict = self._record(target, status, canceled)
+            reason = DISCARDED_BY_OPERATOR
+            if verdict is None and self.config.auto_accept:
+                verdict, reason = (CMD_ACCEPT if success else CMD_DISCARD), "the subtask did not succeed"
+            elif verdict is None:
+                verdict = self._verdict(status, canceled)
+            return self._finish(target, seed, frames, success, "" if verdict == CMD_ACCEPT else reason)
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def _record(self, target: DemoTarget, status, canceled) -> tuple[_Frames, bool, str | None]:
+        """Run the take at the policy rate; returns the frames, ground-truth success and an early verdict."""
+        robot, cfg = self.robot, self.config
+        frames = _Frames()
+        n = robot.arm.n_joints
+        obs = robot.observe()
+        self.source.start(obs[OBS_PROPRIO][:n].astype(np.float64))
+        self.gripper = float(round(obs[OBS_PROPRIO][n]))
+        start = next_tick = time.monotonic()
+        last_status = -1.0
+        success, verdict = False, None
+        while time.monotonic() - start < cfg.max_take_s:
+            if canceled():
+                robot.hold()
+                raise TakeCanceledError
+            command = self._drain()
+            if command in (CMD_ACCEPT, CMD_DISCARD):
+                verdict = command
+                break
+            if command == CMD_END:
+                break
+            progress, success = self._ground_truth()
+            if success and cfg.auto_accept:
+                break
+            action = self.source.action(obs[OBS_PROPRIO][:n].astype(np.float64), self.gripper)
+            applied = robot.send_action(action)
+            frames.add(obs, applied, progress)
+            if time.monotonic() - last_status >= 1.0:
+                last_status = time.monotonic()
+                frame = len(frames.actions)
+                status(f"recording {target.request.subtask}, frame {frame}, progress {progress:.2f}")
+            next_tick += robot.dt
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+            obs = robot.observe()
+        progress, success = self._ground_truth()
+        frames.add(obs, np.append(obs[OBS_PROPRIO][:n], self.gripper), progress)  # end state, hold action
+        robot.hold()
+        return frames, success, verdict
+
+    def _verdict(self, status, canceled) -> str:
+        status("take ended: accept (y) or discard (n)?")
+        deadline = time.monotonic() + self.config.verdict_timeout_s
+        while time.monotonic() < deadline:
+            if canceled():
+                raise TakeCanceledError
+            command = self._drain()
+            if command in (CMD_ACCEPT, CMD_DISCARD):
+                return command
+            time.sleep(0.05)
+        return CMD_DISCARD
+
+    def _finish(
+        self, target: DemoTarget, seed: int, frames: _Frames, success: bool, rejection_reason: str
+    ) -> TakeResult:
+        """Label the take and, when accepted (`rejection_reason` empty), store it and export its bag."""
+        robot, cfg = self.robot, self.config
+        accepted = not rejection_reason
+        r = target.request
+        metadata = {
+            "recorder": RECORDER,
+            "operator": cfg.operator,
+            "request_id": r.request_id,
+            "round": r.round,
+            "source_composition": target.composition.name,
+            "source_subtask_index": target.index,
+            "ground_truth": isinstance(robot, SimRobot),
+            "joint_names": [*robot.arm.joint_names, GRIPPER_JOINT],
+        }
+        # Without ground truth (hardware) the operator's acceptance is the success label.
+        label = success if isinstance(robot, SimRobot) else accepted
+        episode = frames.episode(target.demo_composition, seed, 1.0 / robot.dt, label, metadata)
+        step = max(1, len(episode) // cfg.preview_frames) if cfg.preview_frames else 0
+        preview = list(episode.images[::step][: cfg.preview_frames]) if step else []
+        result = TakeResult(episode, accepted, seed, (len(episode) - 1) * robot.dt, preview=preview)
+        if not accepted:
+            result.rejection_reason = rejection_reason
+            return result
+        result.episode_id = self.store.add(episode)  # atomic and fsynced: from here on it is never lost
+        result.storage_uri = (
+            (self.store.root / EPISODE_PATH.format(episode_id=result.episode_id)).resolve().as_uri()
+        )
+        result.bag = export_bag(episode, self.bag_dir, result.episode_id)
+        return result
