@@ -20,6 +20,8 @@ setup(
         "console_scripts": [
             "sim_robot = robocoach_skills.nodes.sim_robot:main",
             "skill_executor = robocoach_skills.nodes.skill_executor:main",
+            "demo_recorder = robocoach_skills.nodes.demo_recorder:main",
+            "task_markers = robocoach_skills.nodes.task_markers:main",
         ],
     },
 )

@@ -54,3 +54,25 @@ GRIPPER_JOINT = "gripper"
 
 # Frame ids.
 FRAME_CAMERA = "camera_optical"
+
+# Operator station: the coach's demo requests, the answers, and the recorder's operator interface.
+TOPIC_DEMO_REQUESTS = "/robocoach/operator/demo_requests"  # robocoach_msgs/DemoRequest
+TOPIC_DEMO_EPISODES = "/robocoach/operator/demo_episodes"  # robocoach_msgs/DemoEpisode (incl. rejections)
+TOPIC_PENDING_REQUESTS = "/robocoach/operator/pending_requests"  # std_msgs/String, latched, for the operator
+TOPIC_DEMO_COMMAND = "/robocoach/operator/demo_command"  # std_msgs/String: end | accept | discard | ...
+ACTION_COLLECT_DEMO = "/robocoach/operator/collect_demo"  # robocoach_msgs/CollectDemo
+
+# Teleoperation sources of the demo recorder.
+TOPIC_TELEOP_KEYS = "/robocoach/teleop/keys"  # std_msgs/String, one key per message
+TOPIC_TELEOP_LEADER = "/robocoach/teleop/leader_joint_states"  # sensor_msgs/JointState of a leader arm
+TOPIC_TELEOP_TWIST = "/robocoach/teleop/twist"  # geometry_msgs/Twist (spacemouse)
+
+# Visualisation (rviz).
+TOPIC_IMAGINED_IMAGE = "/robocoach/world/imagined_image"  # sensor_msgs/Image, imagined rollout frames
+TOPIC_TASK_MARKERS = "/robocoach/viz/task_markers"  # visualization_msgs/MarkerArray
+FRAME_WORLD = "world"  # fixed frame of the markers and the rviz view
+TOPIC_COACH_ROUNDS = "/robocoach/coach/rounds"  # robocoach_msgs/CoachRound, one per finished RIDI round
+
+# Offboard side: CoachWorld imagination, and the copy of the experts it imagines with.
+ACTION_IMAGINE = "/robocoach/world/imagine"  # robocoach_msgs/Imagine
+SERVICE_WORLD_LOAD_ADAPTER = "/robocoach/world/load_adapter"  # robocoach_msgs/LoadAdapter, world model's experts

@@ -106,6 +106,20 @@ class AdapterRegistry:
         self._set_active(skill, version)
         return meta
 
+    def load_request(self, library: ExpertLibrary, skill: str, version: int, uri: str = "") -> AdapterMeta:
+        """What a LoadAdapter call asks for: a version of this registry, or (`uri`) an adapter
+        directory from elsewhere (e.g. published by a coach on another machine).
+
+        Either way the files are verified before the live weights change; on any failure
+        AdapterLoadError is raised and the previous version stays active.
+        """
+        if not uri:
+            return self.activate(library, skill, version)
+        path = Path(uri.removeprefix("file://"))
+        if AdapterMeta.read(path).version != version:
+            raise AdapterLoadError(f"{path} holds another version than {version}")
+        return load_adapter(library, skill, path)
+
     def restore(self, library: ExpertLibrary) -> dict[str, int]:
         """Load every skill's active version into `library` (e.g. when an executor starts)."""
         restored = {}

@@ -39,7 +39,7 @@ from robocoach_skills.constants import (
     TOPIC_JOINT_COMMAND,
     TOPIC_JOINT_STATES,
 )
-from robocoach_skills.experts.artifacts import AdapterLoadError, AdapterMeta, ArtifactLoadError, load_adapter
+from robocoach_skills.nodes.adapter_service import serve_load_adapter
 from robocoach_skills.nodes.conversions import command_to_joint_state, msg_to_composition, msg_to_image
 from robocoach_skills.nodes.sim_robot import COMMAND_QOS
 from robocoach_skills.nodes.spin import spin_node
@@ -292,31 +292,9 @@ class SkillExecutor(Node):
     def _on_load_adapter(
         self, request: LoadAdapter.Request, response: LoadAdapter.Response
     ) -> LoadAdapter.Response:
-        """Activate a registry version, or (with `uri`) an adapter directory from elsewhere.
-
-        Either way the files are verified before the live weights change; on any failure the
-        previous version stays active and the reason goes back to the caller.
-        """
-        with self._model_lock:
-            try:
-                if request.uri:
-                    path = Path(request.uri.removeprefix("file://"))
-                    if AdapterMeta.read(path).version != request.version:
-                        raise AdapterLoadError(f"{path} holds another version than {request.version}")
-                    load_adapter(self.library, request.skill, path)
-                else:
-                    self.registry.activate(self.library, request.skill, request.version)
-                self.policy.versions[request.skill] = request.version
-                response.success, response.message = True, f"{request.skill} v{request.version} active"
-            except (ArtifactLoadError, KeyError, ValueError) as error:
-                response.success, response.message = False, str(error)
-            response.active_version = self.policy.version(request.skill)
-        summary = f"LoadAdapter {request.skill} v{request.version}: {response.message}"
-        if response.success:  # one severity per call site: rclpy refuses a call site that changes it
-            self.get_logger().info(summary)
-        else:
-            self.get_logger().error(summary)
-        return response
+        return serve_load_adapter(
+            self, self._model_lock, self.registry, self.library, self.policy.versions, request, response
+        )
 
     def _on_get_experts(
         self, request: GetExperts.Request, response: GetExperts.Response
