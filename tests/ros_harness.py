@@ -7,8 +7,6 @@ log when it failed to come up.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -18,17 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rclpy
-from ament_index_python.packages import get_package_prefix
 from rclpy.node import Node
 
-STOP_GRACE_S = 5.0
-
-
-def node_executable(package: str, executable: str) -> Path:
-    path = Path(get_package_prefix(package)) / "lib" / package / executable
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {executable!r} a console script of {package}?")
-    return path
+from robocoach_bringup.processes import (
+    node_executable,
+    parameter_args,
+    start_process,
+    stop_process,
+    wait_until_up,
+)
 
 
 @contextmanager
@@ -76,24 +72,6 @@ def call_service(node: Node, srv_type, name: str, request, timeout_s: float = 30
     return future.result()
 
 
-def _parameter_args(parameters: dict) -> list[str]:
-    args = ["--ros-args"]
-    for key, value in parameters.items():
-        args += ["-p", f"{key}:={str(value).lower() if isinstance(value, bool) else value}"]
-    return args
-
-
-def _stop(process: subprocess.Popen) -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        if process.poll() is not None:
-            return
-        os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 @dataclass
 class NodeProcess:
     """A node under test: its process and everything it has printed so far."""
@@ -118,24 +96,12 @@ def running_node(
     """Run `executable` of `package` until the with-block ends; yield once `node_name` is discoverable."""
     command = [str(node_executable(package, executable)), *(extra_args or [])]
     if parameters:
-        command += _parameter_args(parameters)
+        command += parameter_args(parameters)
     with tempfile.NamedTemporaryFile("w+", prefix=f"{executable}-", suffix=".log") as log:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RCUTILS_LOGGING_BUFFERED_STREAM": "0"}
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        process = start_process(command, log)
         try:
-            deadline = time.monotonic() + timeout_s
-            while node_name not in probe.get_node_names():
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    state = (
-                        f"exited with {process.returncode}"
-                        if process.poll() is not None
-                        else "not discoverable"
-                    )
-                    raise RuntimeError(f"{executable} {state} after start; its log:\n{log.read()}")
-                time.sleep(0.1)
+            is_up = lambda: node_name in probe.get_node_names()  # noqa: E731
+            wait_until_up(process, is_up, executable, Path(log.name), timeout_s)
             yield NodeProcess(process, Path(log.name))
         finally:
-            _stop(process)
+            stop_process(process)

@@ -1,0 +1,78 @@
+"""The node graph description that both the launch files and the CLI start."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from robocoach_bringup.graph import (
+    OFFBOARD_MACHINE,
+    ROBOT_MACHINE,
+    GraphConfig,
+    config_dir,
+    describe_graph,
+    load_parameter_file,
+)
+from robocoach_bringup.processes import node_executable, parameter_args
+
+
+@pytest.mark.parametrize("backend", ["sim", "hardware"])
+def test_every_node_of_the_graph_is_a_built_executable(backend):
+    specs = describe_graph(GraphConfig(robot="piper", backend=backend))
+    for spec in specs:
+        assert node_executable(spec.package, spec.executable).exists()
+    names = [s.name for s in specs]
+    assert names[-1] == "coach" and len(set(names)) == len(names)
+    assert ("sim_robot" in names) == (backend == "sim")
+    assert ("scripted_operator" in names) == (backend == "sim") and ("demo_recorder" in names) != (
+        backend == "sim"
+    )
+
+
+def test_parameters_merge_yaml_then_run_paths_then_overrides(tmp_path):
+    config = GraphConfig(robot="franka", run_dir=tmp_path, overrides={"skill_executor": {"watchdog_s": 0.2}})
+    specs = {s.name: s for s in describe_graph(config)}
+    executor = specs["skill_executor"].parameters
+    yaml_defaults = load_parameter_file(config_dir() / "robocoach.yaml")["skill_executor"]
+    assert executor["policy_rate_hz"] == yaml_defaults["policy_rate_hz"]  # from the YAML
+    assert executor["watchdog_s"] == 0.2  # override wins
+    assert executor["experts_dir"] == str(tmp_path / "experts") and executor["robot"] == "franka"
+    assert specs["world_model"].parameters["experts_dir"] == executor["experts_dir"]  # one place per fact
+    assert specs["world_model"].machine == OFFBOARD_MACHINE and specs["sim_robot"].machine == ROBOT_MACHINE
+
+
+def test_a_subset_of_nodes_and_bad_names_are_handled():
+    specs = describe_graph(GraphConfig(robot="piper", nodes=("sim_robot", "skill_executor")))
+    assert [s.name for s in specs] == ["sim_robot", "skill_executor"]
+    with pytest.raises(ValueError, match="no nodes \\['juggler'\\]"):
+        describe_graph(GraphConfig(robot="piper", nodes=("juggler",)))
+    with pytest.raises(ValueError, match="unknown robot"):
+        GraphConfig(robot="ur5")
+
+
+def test_parameter_args_are_ros_args():
+    assert parameter_args({"a": True, "b": [1, 2], "c": "x"}, "n") == [
+        "--ros-args", "-r", "__node:=n", "-p", "a:=true", "-p", "b:=[1, 2]", "-p", "c:=x",
+    ]  # fmt: skip
+
+
+def test_parameter_file_must_be_ros_format(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("node: 3\n")
+    with pytest.raises(ValueError, match="not a ROS 2 parameter file"):
+        load_parameter_file(bad)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("launch_ros") is None,
+    reason="launch/launch_ros are not installable from PyPI here; the launch files run on robot workstations",
+)
+@pytest.mark.parametrize("launch_file", ["franka.launch.py", "piper.launch.py", "sim.launch.py"])
+def test_launch_files_describe_the_graph(launch_file):
+    path = Path(config_dir()).parent / "launch" / launch_file
+    spec = importlib.util.spec_from_file_location("launch_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.generate_launch_description().entities
