@@ -46,5 +46,6 @@ else
   say "requirements unchanged, skipping pip"
 fi
 
+bash "$ROOT/scripts/setup_franka_sim.sh"
 bash "$ROOT/scripts/build_ws.sh" "$ROOT/ros2_ws"
 say "done in ${SECONDS} s. In a new shell: source $ROOT/env.sh   (or run $ROOT/bin/robocoach --help)"
