@@ -69,6 +69,7 @@ class DatasetConfig:
     success: bool | None = None  # keep only successful (True) or failed (False) episodes; None = all
     pad_channels: bool = False  # pad proprio/actions to action_contract.ACTION_DIM (to batch both arms)
     cache_episodes: int = 8  # decoded episodes kept per process (each DataLoader worker has its own)
+    episode_ids: tuple[str, ...] | None = None  # keep only these episodes (a coach's demo mix); None = all
 
     def __post_init__(self) -> None:
         if self.chunk_len < 1:
@@ -112,6 +113,9 @@ class EpisodeDataset(Dataset):
         self.config = config or DatasetConfig()
         c = self.config
         metas = list(store.iter_meta(kind=c.kind, robot=c.robot, skill=c.skill, success=c.success))
+        if c.episode_ids is not None:
+            wanted = set(c.episode_ids)
+            metas = [m for m in metas if m.episode_id in wanted]
         self.episode_ids = [m.episode_id for m in metas]
         self._starts = np.cumsum([0] + [m.length for m in metas])  # sample index of each episode's step 0
         self._cache: OrderedDict[str, tuple[Episode, np.ndarray]] = OrderedDict()

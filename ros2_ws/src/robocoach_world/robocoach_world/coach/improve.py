@@ -1,0 +1,131 @@
+"""Improve, part 2: retrain only the requested experts' adapters on their new demos plus a replay sample.
+
+For each skill that received demos this round (all requests sharing the expert pooled), the update
+trains `update_adapter` on the new demos mixed with a seeded sample of the skill's older demos
+(`replay_ratio` x as many episodes, fewer if fewer exist) so the adapter does not forget the
+situations it already handled, then publishes a new version (parent: the active one). Every other
+adapter, and the backbone, are untouched.
+
+Publishing is exactly-once per (skill, round): the published metrics carry `coach/round`, so after a
+crash between publishing and recording it in the coach state, calling again reloads that version
+instead of training a second one.
+
+    updates = improve_experts(library, registry, store, state.demos_by_skill(), state.round)
+    for u in updates:
+        state.record_adapter(u.skill, u.version)
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.experts.model import ExpertLibrary
+from robocoach_skills.experts.registry import AdapterRegistry
+from robocoach_skills.experts.train import update_adapter
+
+ROUND_METRIC = "coach/round"  # in the published metrics: which coach round produced the version
+
+
+@dataclass(frozen=True)
+class ImproveConfig:
+    steps: int = 300  # optimiser steps per retrained skill
+    batch_size: int = 64  # samples per step
+    replay_ratio: float = 0.5  # older demos of the skill mixed in, per new demo (episodes)
+    seed: int = 0  # replay sample and data order
+    num_workers: int = 0  # DataLoader workers
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
+        if self.replay_ratio < 0:
+            raise ValueError(f"ImproveConfig.replay_ratio must be >= 0, got {self.replay_ratio!r}")
+
+
+@dataclass(frozen=True)
+class AdapterUpdate:
+    skill: str
+    version: int  # the published version, now active
+    parent_version: int | None
+    new_episode_ids: tuple[str, ...]
+    replay_episode_ids: tuple[str, ...]
+    metrics: dict[str, float]
+
+
+def replay_sample(store: EpisodeStore, skill: str, exclude: Sequence[str], n: int, seed: int) -> list[str]:
+    """`n` (or all, if fewer) successful demos of `skill` not in `exclude`, drawn without replacement."""
+    skip = set(exclude)
+    pool = [
+        m.episode_id
+        for m in store.iter_meta(kind="demo", skill=skill, success=True)
+        if m.episode_id not in skip
+    ]
+    rng = np.random.default_rng((seed, zlib.crc32(skill.encode())))
+    chosen = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
+    return [pool[i] for i in sorted(chosen)]
+
+
+def improve_experts(
+    library: ExpertLibrary,
+    registry: AdapterRegistry,
+    store: EpisodeStore,
+    demos: Mapping[str, Sequence[str]],
+    round_index: int,
+    config: ImproveConfig | None = None,
+    progress: bool = False,
+) -> list[AdapterUpdate]:
+    """Retrain and publish the adapter of every skill in `demos` (skill -> new demo episode ids)."""
+    config = config or ImproveConfig()
+    updates = []
+    for skill, new_ids in sorted(demos.items()):
+        if not new_ids:
+            raise ValueError(f"no new demos for skill {skill!r}")
+        n_replay = round(config.replay_ratio * len(new_ids))
+        replay = replay_sample(store, skill, new_ids, n_replay, config.seed + round_index)
+        active = registry.active_version(skill)
+        parent = registry.meta(skill, active) if active is not None else None
+        if parent is not None and parent.metrics.get(ROUND_METRIC) == round_index:
+            registry.activate(library, skill, active)  # published before a crash: load it, do not retrain
+            updates.append(
+                AdapterUpdate(
+                    skill, active, parent.parent_version, tuple(new_ids), tuple(replay), parent.metrics
+                )
+            )
+            continue
+        ids = (*new_ids, *replay)
+        dataset = EpisodeDataset(
+            store, DatasetConfig(chunk_len=library.config.chunk_len, pad_channels=True, episode_ids=ids)
+        )
+        missing = sorted(set(ids) - set(dataset.episode_ids))
+        if missing:
+            raise ValueError(f"episodes {missing} for skill {skill!r} are not in {store.root}")
+        loader = DataLoader(
+            dataset,
+            batch_size=config.batch_size,
+            shuffle=True,
+            num_workers=config.num_workers,
+            generator=torch.Generator().manual_seed(config.seed + round_index),
+        )
+        metrics, _ = update_adapter(library, skill, loader, config.steps, progress=progress)
+        metrics = {
+            **metrics,
+            ROUND_METRIC: float(round_index),
+            "coach/new_demos": float(len(new_ids)),
+            "coach/replay_demos": float(len(replay)),
+        }
+        robots = {store.meta(i).robot for i in ids}
+        meta = {
+            "demos_used": (parent.demos_used if parent else 0) + len(new_ids),
+            "metrics": metrics,
+            "robot": robots.pop() if len(robots) == 1 else "",
+        }
+        version = registry.publish(library, skill, meta)
+        updates.append(AdapterUpdate(skill, version, active, tuple(new_ids), tuple(replay), metrics))
+    return updates

@@ -1,0 +1,167 @@
+"""The RIDI loop itself: Route -> Imagine -> Diagnose -> Improve, one persisted step at a time.
+
+`Coach` decides; `CoachPorts` act. The coach node plugs in ROS ports (the `Imagine` action, the
+operator topic and `CollectDemo`, `LoadAdapter` on the executor and the world model), the experiment
+plugs in in-process ones, and both run this same code. Every step starts from `CoachState.next_step()`,
+so a coach killed at any moment resumes where the state file says, with no demo lost or counted twice.
+
+    coach = Coach(config, state, compositions, library, registry, store, ports)
+    coach.run()          # until the budget is spent or config.rounds rounds are done
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from robocoach_skills.composition import Composition
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.experts.model import ExpertLibrary
+from robocoach_skills.experts.registry import AdapterRegistry
+from robocoach_world.coach.allocation import AllocationConfig, allocate
+from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
+from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
+from robocoach_world.coach.state import Action, CoachState, RequestState
+from robocoach_world.records import TrialRecord
+
+log = logging.getLogger("robocoach.coach")
+
+
+@dataclass
+class CoachConfig:
+    """How much to teach, how often, and by which rules."""
+
+    budget: int = 150  # subtask demos over all rounds (the paper's hardware protocol)
+    demos_per_round: int = 50  # demos requested per round
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)
+    improve: ImproveConfig = field(default_factory=ImproveConfig)
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.demos_per_round < 1:
+            raise ValueError(
+                f"budget must be >= 0 and demos_per_round >= 1, got {self.budget}, {self.demos_per_round}"
+            )
+
+    @property
+    def rounds(self) -> int:
+        """Rounds that spend the budget; a round with nothing to teach still counts as one."""
+        return -(-self.budget // self.demos_per_round)
+
+
+@dataclass
+class Collected:
+    """What an operator station answered to one request."""
+
+    episode_ids: list[str]  # accepted demos, in the episode store
+    rejection: str = ""  # why the station could not (fully) serve it; "" when it did
+
+
+class CoachPorts(Protocol):
+    """Everything the coach does to the outside world."""
+
+    def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]: ...
+
+    def collect(self, request: RequestState) -> Collected: ...
+
+    def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None: ...
+
+    def publish_round(self, entry: dict) -> None: ...
+
+
+class Coach:
+    def __init__(
+        self,
+        config: CoachConfig,
+        state: CoachState,
+        compositions: Sequence[Composition],
+        library: ExpertLibrary,
+        registry: AdapterRegistry,
+        store: EpisodeStore,
+        ports: CoachPorts,
+    ) -> None:
+        if state.budget != config.budget:
+            raise ValueError(f"coach state has a budget of {state.budget}, the config {config.budget}")
+        self.config, self.state, self.compositions = config, state, list(compositions)
+        self.library, self.registry, self.store, self.ports = library, registry, store, ports
+
+    @property
+    def finished(self) -> bool:
+        return self.state.round >= self.config.rounds or self.state.next_step().action == Action.DONE
+
+    def run(self) -> list[dict]:
+        """Run rounds until the budget is spent; returns the history of closed rounds."""
+        while not self.finished:
+            self.step()
+        return self.state.history
+
+    def step(self) -> Action:
+        """Do the next thing the state asks for (one phase of one round) and persist it."""
+        step = self.state.next_step()
+        if step.action == Action.IMAGINE:
+            self._imagine_and_allocate(set(step.imagined))
+        elif step.action == Action.COLLECT:
+            self._collect(step.requests)
+        elif step.action == Action.IMPROVE:
+            self._improve(step.skills)
+        return step.action
+
+    def _diagnosis(self) -> Diagnosis:
+        """This round's diagnosis, from the persisted records (so it survives a restart)."""
+        return diagnose(self.state.records, self.compositions, self.config.diagnosis)
+
+    # ------------------------------------------------------------------ phases
+    def _imagine_and_allocate(self, done: set[tuple[str, str]]) -> None:
+        for composition in self.compositions:
+            if (composition.robot, composition.name) in done:
+                continue  # imagined before a restart: its records are in the state already
+            records = self.ports.imagine(composition, dict(self.state.adapter_versions))
+            self.state.add_records(records)
+            valid = [r for r in records if r.valid]
+            rate = sum(r.success for r in valid) / len(valid) if valid else float("nan")
+            log.info(
+                "round %d imagined %s: %d trials, %d valid, success %.0f%%",
+                self.state.round, composition.name, len(records), len(valid), 100 * rate,
+            )  # fmt: skip
+        budget = min(self.config.demos_per_round, self.state.budget_left)
+        allocation = allocate(self._diagnosis(), budget, self.config.allocation)
+        log.info("round %d allocation: %s", self.state.round, allocation.note)
+        self.state.issue_requests(allocation)
+
+    def _collect(self, requests: Sequence[RequestState]) -> None:
+        adopted = self.state.adopt_stored(self.store)  # answered while the coach was down
+        if adopted:
+            log.info("adopted %d demos recorded while the coach was down", len(adopted))
+        for request in requests:
+            current = self.state.requests[request.request_id]
+            if not current.remaining:
+                continue
+            answer = self.ports.collect(current)
+            counted = sum(self.state.receive_demo(current.request_id, e) for e in answer.episode_ids)
+            log.info(
+                "request %s (%s on %s): %d demos counted%s",
+                current.request_id, current.subtask, current.robot, counted,
+                f", rejected: {answer.rejection}" if answer.rejection else "",
+            )  # fmt: skip
+            if self.state.requests[current.request_id].remaining and (answer.rejection or not counted):
+                self.state.reject_request(
+                    current.request_id, answer.rejection or "the station recorded nothing"
+                )
+
+    def _improve(self, skills: Sequence[str]) -> None:
+        demos = {s: ids for s, ids in self.state.demos_by_skill().items() if s in skills}
+        updates = improve_experts(
+            self.library, self.registry, self.store, demos, self.state.round, self.config.improve
+        )
+        for update in updates:
+            self.state.record_adapter(update.skill, update.version)
+            log.info(
+                "round %d retrained %s: v%d from %d new + %d replayed demos",
+                self.state.round, update.skill, update.version,
+                len(update.new_episode_ids), len(update.replay_episode_ids),
+            )  # fmt: skip
+        self.ports.push_adapters(updates)
+        entry = self.state.finish_round({"diagnosis": self._diagnosis().to_dict()})
+        self.ports.publish_round(entry)
