@@ -1,0 +1,114 @@
+"""The RIDI loop over in-memory ports: budget spent exactly, and a coach killed anywhere resumes cleanly."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from coach_helpers import TASK_A, TASK_B, trials
+from episode_factory import make_episode
+from expert_helpers import TINY
+from torch.utils.data import DataLoader
+
+from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
+from robocoach_skills.data.store import EpisodeStore, StoreInfo
+from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
+from robocoach_world.coach.improve import ImproveConfig
+from robocoach_world.coach.loop import Coach, CoachConfig, Collected
+from robocoach_world.coach.state import Action, CoachState
+
+SKILLS = ("pick", "place", "press_button")
+FAILURES = {TASK_A.name: [1] * 6 + [0] * 2 + [-1] * 2, TASK_B.name: [1] * 5 + [-1] * 5}  # place fails most
+CONFIG = CoachConfig(budget=8, demos_per_round=4, improve=ImproveConfig(steps=2, batch_size=8))
+
+
+class CrashError(Exception):
+    """The process died here."""
+
+
+class MemoryPorts:
+    """Imagination returns fixed trials; the station writes synthetic demos; `crash_after` kills it."""
+
+    def __init__(self, store: EpisodeStore, crash_after_store: bool = False) -> None:
+        self.store, self.crash_after_store = store, crash_after_store
+        self.rounds, self.pushed = [], []
+
+    def imagine(self, composition, versions):
+        return trials(composition, FAILURES[composition.name])
+
+    def collect(self, request):
+        ids = []
+        for _ in range(request.remaining):
+            episode = make_episode(
+                skills=(request.subtask.skill,), size=32, steps=8, seed=500 + len(self.store)
+            )
+            episode.metadata["request_id"] = request.request_id
+            ids.append(self.store.add(episode))
+            if self.crash_after_store:  # stored, but the coach never heard of it
+                raise CrashError
+        return Collected(ids)
+
+    def push_adapters(self, updates):
+        self.pushed.extend((u.skill, u.version) for u in updates)
+
+    def publish_round(self, entry):
+        self.rounds.append(entry["round"])
+
+
+@pytest.fixture
+def world(tmp_path):
+    store = EpisodeStore.create(tmp_path / "store", StoreInfo(fps=10.0, image_size=(32, 32)))
+    for skill in SKILLS:
+        store.add(make_episode(skills=(skill,), size=32, steps=8, seed=len(store)))
+    library = ExpertLibrary(ExpertConfig(**TINY), skills=SKILLS)
+    loader = DataLoader(
+        EpisodeDataset(store, DatasetConfig(chunk_len=TINY["chunk_len"], pad_channels=True)), 8
+    )
+    pretrain(library, loader, steps=2, progress=False)
+    registry = AdapterRegistry(tmp_path / "adapters")
+    for skill in SKILLS:
+        registry.publish(library, skill, {"demos_used": 1})
+    return tmp_path, store, library, registry
+
+
+def _coach(tmp_path, store, library, registry, ports) -> Coach:
+    state = CoachState.open(tmp_path / "coach" / "coach_state.json", CONFIG.budget, {s: 0 for s in SKILLS})
+    return Coach(CONFIG, state, [TASK_A, TASK_B], library, registry, store, ports)
+
+
+def test_rounds_spend_exactly_the_budget_on_the_failing_pairs(world):
+    tmp_path, store, library, registry = world
+    ports = MemoryPorts(store)
+    history = _coach(tmp_path, store, library, registry, ports).run()
+    assert [h["round"] for h in history] == ports.rounds == [0, 1]
+    assert sum(len(r["episode_ids"]) for h in history for r in h["requests"]) == CONFIG.budget
+    requested = {r["subtask"]["skill"] for h in history for r in h["requests"]}
+    assert requested == {"place", "pick"}  # top-2 pairs by first-timeout mass; press never fails first
+    assert registry.versions("place") == [0, 1, 2] and registry.versions("press_button") == [0]
+    assert ports.pushed == [("pick", 1), ("place", 1), ("pick", 2), ("place", 2)]
+
+
+def test_a_coach_killed_between_any_two_steps_or_mid_collection_loses_and_repeats_nothing(world):
+    tmp_path, store, library, registry = world
+    steps = 0
+    while True:  # a new process (state read from disk) for every step; every third one dies mid-collect
+        crash = steps % 3 == 1
+        coach = _coach(tmp_path, store, library, registry, MemoryPorts(store, crash_after_store=crash))
+        if coach.finished:
+            break
+        with contextlib.suppress(CrashError):
+            coach.step()
+        steps += 1
+    state = CoachState.load(tmp_path / "coach" / "coach_state.json")
+    coach_demos = [m.episode_id for m in store.iter_meta() if "request_id" in m.metadata]
+    assert state.demos_spent == CONFIG.budget == len(coach_demos)  # every stored demo counted, once
+    assert sorted(state.received_ids()) == sorted(coach_demos)
+    assert state.next_step().action == Action.DONE and len(state.history) == CONFIG.rounds
+    assert registry.versions("place") == [0, 1, 2]  # one retraining per round, never repeated
+
+
+def test_config_and_state_must_agree_on_the_budget(world):
+    tmp_path, store, library, registry = world
+    state = CoachState.open(tmp_path / "other.json", budget=3)
+    with pytest.raises(ValueError, match="budget"):
+        Coach(CONFIG, state, [TASK_A], library, registry, store, MemoryPorts(store))
