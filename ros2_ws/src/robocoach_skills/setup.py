@@ -22,6 +22,7 @@ setup(
             "skill_executor = robocoach_skills.nodes.skill_executor:main",
             "demo_recorder = robocoach_skills.nodes.demo_recorder:main",
             "task_markers = robocoach_skills.nodes.task_markers:main",
+            "scripted_operator = robocoach_skills.nodes.scripted_operator:main",
         ],
     },
 )

@@ -1,14 +1,13 @@
 """`demo_recorder` node: an operator station recording teleoperated demos of the subtasks the coach asks for.
 
-- `DemoRequest`s arrive on the operator topic; each is checked at once (unknown skill, wrong robot,
-  unreachable initial state -> a `DemoEpisode` with `accepted=false` and the reason, never dropped)
-  and listed for the operator in the log and on a latched text topic.
-- A `CollectDemo` goal (from the coach, or the operator with `ros2 action send_goal`) records takes
-  of one request through the robot interface from the teleop source (`teleop.session`), streams
-  feedback, publishes a `DemoEpisode` for every take and ends with all of them in the result.
-- The operator drives the arm from the keyboard (stdin in raw mode when the node has a terminal, or
-  the keys topic from anywhere), a leader arm or a spacemouse, and ends/accepts/discards takes with
-  keys or on the command topic (`end`, `accept`, `discard`, `open`, `close`, `toggle_gripper`).
+Requests, rejections, the pending list and the `CollectDemo` action are the station's
+(`nodes.station`): the coach cannot tell this station from the scripted one. Takes are recorded
+through the robot interface from the teleop source (`teleop.session`), and accepted ones are also
+exported as MCAP bags.
+
+The operator drives the arm from the keyboard (stdin in raw mode when the node has a terminal, or
+the keys topic from anywhere), a leader arm or a spacemouse, and ends/accepts/discards takes with
+keys or on the command topic (`end`, `accept`, `discard`, `open`, `close`, `toggle_gripper`).
 """
 
 from __future__ import annotations
@@ -17,51 +16,31 @@ import sys
 import termios
 import threading
 import tty
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from geometry_msgs.msg import Twist
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.node import Node
-from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from robocoach_msgs.action import CollectDemo
-from robocoach_msgs.msg import DemoEpisode, DemoRequest
 from robocoach_skills.constants import (
-    ACTION_COLLECT_DEMO,
     TOPIC_DEMO_COMMAND,
-    TOPIC_DEMO_EPISODES,
-    TOPIC_DEMO_REQUESTS,
-    TOPIC_PENDING_REQUESTS,
     TOPIC_TELEOP_KEYS,
     TOPIC_TELEOP_LEADER,
     TOPIC_TELEOP_TWIST,
 )
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
-from robocoach_skills.nodes.conversions import (
-    image_to_msg,
-    joint_state_to_command,
-    msg_to_subtask,
-    subtask_to_msg,
-)
+from robocoach_skills.nodes.conversions import joint_state_to_command
 from robocoach_skills.nodes.spin import spin_node
-from robocoach_skills.robots import RobotError, make_robot
+from robocoach_skills.nodes.station import LATCHED_QOS, OPERATOR_QOS, OperatorStation
+from robocoach_skills.robots import make_robot
 from robocoach_skills.teleop.session import (
-    DemoRequestSpec,
     DemoSession,
-    DemoTarget,
-    RequestRejectedError,
     SessionConfig,
-    TakeCanceledError,
-    TakeResult,
-    describe,
     export_missing_bags,
     incomplete_takes,
-    resolve_request,
 )
 from robocoach_skills.teleop.sources import (
     COMMANDS,
@@ -73,41 +52,19 @@ from robocoach_skills.teleop.sources import (
     key_command,
 )
 
-# Requests and answers must not be lost, and a station started late must still see them: reliable,
-# transient local (publishers on these topics must offer transient local too).
-OPERATOR_QOS = QoSProfile(
-    depth=100,
-    reliability=QoSReliabilityPolicy.RELIABLE,
-    durability=QoSDurabilityPolicy.TRANSIENT_LOCAL,
-    history=QoSHistoryPolicy.KEEP_LAST,
-)
-LATCHED_QOS = QoSProfile(
-    depth=1,
-    reliability=QoSReliabilityPolicy.RELIABLE,
-    durability=QoSDurabilityPolicy.TRANSIENT_LOCAL,
-    history=QoSHistoryPolicy.KEEP_LAST,
-)
+# The station QoS live in nodes.station; they stay importable from here for the recorder's clients.
+__all__ = ["INPUT_QOS", "LATCHED_QOS", "OPERATOR_QOS", "DemoRecorder", "main"]
+
+# Operator input: reliable (a lost "accept" loses a take) but volatile (old keys must never replay).
 INPUT_QOS = QoSProfile(
     depth=50, reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST
 )
 SOURCES = ("keyboard", "leader_arm", "spacemouse")
 
 
-def request_from_msg(msg: DemoRequest) -> DemoRequestSpec:
-    return DemoRequestSpec(
-        request_id=msg.request_id,
-        robot=msg.robot,
-        subtask=msg_to_subtask(msg.subtask),
-        composition=msg.composition,
-        count=int(msg.count),
-        seeds=tuple(int(s) for s in msg.initial_state_seeds),
-        reason=msg.reason,
-        priority=float(msg.priority),
-        round=int(msg.round),
-    )
+class DemoRecorder(OperatorStation):
+    """A person's demo station: teleop inputs wired to a `DemoSession` served as an operator station."""
 
-
-class DemoRecorder(Node):
     def __init__(self) -> None:
         super().__init__("demo_recorder")
         declare = self.declare_parameter
@@ -140,10 +97,7 @@ class DemoRecorder(Node):
         self.bag_dir = Path(bag_dir) if bag_dir else Path(store_dir) / "mcap"
         self._report_leftovers(store)
 
-        # One thread owns the robot: a sim renders through an EGL context bound to the thread that
-        # created it, and executor threads change from goal to goal.
-        self._robot_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="robot")
-        self._robot_thread.submit(self.robot.connect).result()
+        self.worker.submit(self.robot.connect).result()
         self.keyboard = self.teleop = None
         if source == "keyboard":
             self.keyboard = self.teleop = KeyboardTeleop(driver=CartesianDriver(self.robot.arm))
@@ -152,16 +106,8 @@ class DemoRecorder(Node):
         else:
             self.teleop = LeaderArmTeleop(self.robot.arm)
         self.session = DemoSession(self.robot, self.teleop, store, self.bag_dir, config)
-        self._pending: dict[str, tuple[DemoTarget, int]] = {}  # request id -> (target, accepted so far)
-        self._lock = threading.Lock()
-        self._busy = False
 
         inputs = ReentrantCallbackGroup()
-        self._episode_pub = self.create_publisher(DemoEpisode, TOPIC_DEMO_EPISODES, OPERATOR_QOS)
-        self._pending_pub = self.create_publisher(String, TOPIC_PENDING_REQUESTS, LATCHED_QOS)
-        self.create_subscription(
-            DemoRequest, TOPIC_DEMO_REQUESTS, self._on_request, OPERATOR_QOS, callback_group=inputs
-        )
         self.create_subscription(
             String, TOPIC_TELEOP_KEYS, self._on_key_msg, INPUT_QOS, callback_group=inputs
         )
@@ -176,16 +122,7 @@ class DemoRecorder(Node):
             self.create_subscription(
                 JointState, TOPIC_TELEOP_LEADER, self._on_leader, INPUT_QOS, callback_group=inputs
             )
-        self._action_server = ActionServer(
-            self,
-            CollectDemo,
-            ACTION_COLLECT_DEMO,
-            execute_callback=self._execute,
-            goal_callback=self._on_goal,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
-            callback_group=MutuallyExclusiveCallbackGroup(),
-        )
-        self._publish_pending()
+        self.serve(self.robot.arm.name, self.session)
         if stdin_keys and sys.stdin.isatty():
             threading.Thread(target=self._read_terminal, daemon=True).start()
         self.get_logger().info(
@@ -201,42 +138,6 @@ class DemoRecorder(Node):
             )
         for episode_id in export_missing_bags(store, self.bag_dir):
             self.get_logger().info(f"re-exported the missing MCAP bag of accepted {episode_id}")
-
-    # ------------------------------------------------------------------ requests
-    def _on_request(self, msg: DemoRequest) -> None:
-        try:
-            target = resolve_request(request_from_msg(msg), self.robot.arm.name)
-        except (RequestRejectedError, ValueError) as error:
-            self._reject(msg, getattr(error, "reason", str(error)))
-            return
-        with self._lock:
-            accepted = self._pending.get(target.request.request_id, (target, 0))[1]
-            self._pending[target.request.request_id] = (target, accepted)
-        self.get_logger().info(f"demo request: {describe(target, accepted)}")
-        self._publish_pending()
-
-    def _reject(self, msg: DemoRequest, reason: str) -> DemoEpisode:
-        """Answer a request that cannot be served, so the coach never waits for it."""
-        with self._lock:
-            self._pending.pop(msg.request_id, None)
-        self.get_logger().warning(f"demo request {msg.request_id!r} rejected: {reason}")
-        answer = DemoEpisode(
-            request_id=msg.request_id,
-            robot=msg.robot,
-            subtask=msg.subtask,
-            accepted=False,
-            rejection_reason=reason,
-        )
-        answer.header.stamp = self.get_clock().now().to_msg()
-        self._episode_pub.publish(answer)
-        self._publish_pending()
-        return answer
-
-    def _publish_pending(self) -> None:
-        with self._lock:
-            lines = [describe(target, accepted) for target, accepted in self._pending.values()]
-        text = "\n".join(lines) if lines else "no pending demo requests"
-        self._pending_pub.publish(String(data=text))
 
     # ------------------------------------------------------------------ operator input
     def _on_key_msg(self, msg: String) -> None:
@@ -275,106 +176,9 @@ class DemoRecorder(Node):
         finally:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
-    # ------------------------------------------------------------------ CollectDemo
-    def _on_goal(self, goal: CollectDemo.Goal) -> GoalResponse:
-        if self._busy:
-            self.get_logger().warning("CollectDemo goal rejected: a collection is already running")
-            return GoalResponse.REJECT
-        return GoalResponse.ACCEPT
-
-    def _execute(self, goal_handle) -> CollectDemo.Result:
-        self._busy = True
-        try:
-            return self._collect(goal_handle)
-        finally:
-            self._busy = False
-
-    def _collect(self, goal_handle) -> CollectDemo.Result:
-        msg = goal_handle.request.request
-        result = CollectDemo.Result()
-        try:
-            target = resolve_request(request_from_msg(msg), self.robot.arm.name)
-        except (RequestRejectedError, ValueError) as error:
-            result.message = self._reject(msg, getattr(error, "reason", str(error))).rejection_reason
-            goal_handle.abort()
-            return result
-        with self._lock:
-            self._pending.setdefault(target.request.request_id, (target, 0))
-        self._publish_pending()
-        self.get_logger().info(f"collecting: {describe(target)}")
-
-        def on_status(text: str, accepted: int) -> None:
-            goal_handle.publish_feedback(
-                CollectDemo.Feedback(episodes_done=accepted, episodes_requested=msg.count, status=text)
-            )
-            self.get_logger().info(f"[{msg.request_id}] {text}")
-
-        def on_take(take: TakeResult) -> None:
-            answer = self._answer(msg, take)
-            result.episodes.append(answer)
-            self._episode_pub.publish(answer)
-            if take.accepted:
-                with self._lock:
-                    target_, accepted = self._pending.get(msg.request_id, (target, 0))
-                    self._pending[msg.request_id] = (target_, accepted + 1)
-                self._publish_pending()
-            verdict = (
-                f"accepted as {take.episode_id} ({take.bag})" if take.accepted else take.rejection_reason
-            )
-            self.get_logger().info(f"[{msg.request_id}] take of {len(take.episode)} frames: {verdict}")
-
-        def canceled() -> bool:
-            return goal_handle.is_cancel_requested
-
-        try:
-            takes = self._robot_thread.submit(
-                self.session.collect, target, on_status, canceled, on_take
-            ).result()
-        except TakeCanceledError:
-            result.message = "canceled by the client; the take in progress was discarded"
-            goal_handle.canceled()
-            return result
-        except RequestRejectedError as error:
-            result.message = self._reject(msg, error.reason).rejection_reason
-            goal_handle.abort()
-            return result
-        except RobotError as error:  # the robot faulted: the take in progress is discarded
-            result.message = f"robot error, the take in progress was discarded: {error}"
-            self.get_logger().error(f"[{msg.request_id}] {result.message}")
-            goal_handle.abort()
-            return result
-        accepted = sum(t.accepted for t in takes)
-        result.success = accepted >= msg.count
-        result.message = f"{accepted}/{msg.count} demos accepted in {len(takes)} takes"
-        if result.success:
-            with self._lock:
-                self._pending.pop(msg.request_id, None)
-            self._publish_pending()
-        self.get_logger().info(f"[{msg.request_id}] {result.message}")
-        goal_handle.succeed()
-        return result
-
-    def _answer(self, request: DemoRequest, take: TakeResult) -> DemoEpisode:
-        answer = DemoEpisode(
-            episode_id=take.episode_id,
-            request_id=request.request_id,
-            robot=request.robot,
-            subtask=subtask_to_msg(take.episode.composition.subtasks[0]),
-            initial_state_seed=take.seed,
-            num_frames=len(take.episode),
-            duration=take.duration,
-            storage_uri=take.storage_uri,
-            accepted=take.accepted,
-            rejection_reason=take.rejection_reason,
-            preview=[image_to_msg(image) for image in take.preview],
-        )
-        answer.header.stamp = self.get_clock().now().to_msg()
-        return answer
-
     def destroy_node(self) -> None:
         if self.robot.is_connected:
-            self._robot_thread.submit(self.robot.disconnect).result()
-        self._robot_thread.shutdown()
+            self.worker.submit(self.robot.disconnect).result()
         super().destroy_node()
 
 

@@ -22,6 +22,7 @@ told; a missing bag is re-exported by `export_missing_bags` when the recorder st
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -58,6 +59,7 @@ from robocoach_skills.teleop.sources import (
 RECORDER = "demo_recorder"  # metadata["recorder"] of every episode this module writes
 TAKE_MARKER_PREFIX = TMP_PREFIX + "take-"  # under the store's tmp prefix: recover() sweeps it
 DISCARDED_BY_OPERATOR = "discarded by the operator"
+NOT_SUCCEEDED = "the subtask did not succeed"  # why a take the simulator judged a failure is discarded
 
 
 class RequestRejectedError(Exception):
@@ -103,9 +105,27 @@ class DemoTarget:
         return Composition(name, self.composition.robot, (subtask,), held_out=self.composition.held_out)
 
     def seed(self, take: int) -> int:
-        """Initial-state seed of take `take`: the requested seeds in turn, else the take number."""
+        """Initial-state seed of take `take`: the requested seeds in turn (where failures concentrate).
+
+        A request without seeds gets seeds drawn from its id, so every station, and a restarted
+        one, demonstrates the same initial states for it while different requests get different ones.
+        """
         seeds = self.request.seeds
-        return int(seeds[take % len(seeds)]) if seeds else take
+        return int(seeds[take % len(seeds)]) if seeds else stable_seed(self.request.request_id, take)
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed in [0, 2**31) that depends only on `parts` (Python's hash() changes from run to run)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") >> 1
+
+
+def unreachable_reason(target: DemoTarget, seed: int) -> str:
+    """Why a take of `target` cannot start from `seed`: the subtasks before it did not complete."""
+    return (
+        f"unreachable initial state: the subtasks before {target.request.subtask} did not "
+        f"complete from seed {seed} of {target.composition.name}"
+    )
 
 
 def resolve_request(request: DemoRequestSpec, robot: str) -> DemoTarget:
@@ -230,6 +250,27 @@ class TakeResult:
     preview: list[np.ndarray] = field(default_factory=list)
 
 
+def finish_take(
+    episode: Episode, seed: int, store: EpisodeStore, rejection_reason: str, preview_frames: int
+) -> TakeResult:
+    """The outcome of a take; an accepted one (`rejection_reason` empty) is stored before anyone is told."""
+    step = max(1, len(episode) // preview_frames) if preview_frames else 0
+    result = TakeResult(
+        episode,
+        accepted=not rejection_reason,
+        seed=seed,
+        duration=(len(episode) - 1) / episode.fps,
+        rejection_reason=rejection_reason,
+        preview=list(episode.images[::step][:preview_frames]) if step else [],
+    )
+    if result.accepted:
+        result.episode_id = store.add(episode)  # atomic and fsynced: from here on it is never lost
+        result.storage_uri = (
+            (store.root / EPISODE_PATH.format(episode_id=result.episode_id)).resolve().as_uri()
+        )
+    return result
+
+
 def _prefixed(on_status: Callable[[str, int], None], prefix: str, accepted: int, text: str) -> None:
     on_status(prefix + text, accepted)
 
@@ -312,10 +353,7 @@ class DemoSession:
         if not isinstance(self.robot, SimRobot):
             raise RequestRejectedError(f"{self.robot.name} cannot reset a scene; only the sim backend can")
         if not self.robot.reset_for_subtask(target.composition, target.index, seed):
-            raise RequestRejectedError(
-                f"unreachable initial state: the subtasks before {target.request.subtask} did not "
-                f"complete from seed {seed} of {target.composition.name}"
-            )
+            raise RequestRejectedError(unreachable_reason(target, seed))
 
     def _ground_truth(self) -> tuple[float, bool]:
         return self.robot.subtask_status() if isinstance(self.robot, SimRobot) else (0.0, False)
@@ -357,7 +395,7 @@ class DemoSession:
             frames, success, verdict = self._record(target, status, canceled)
             reason = DISCARDED_BY_OPERATOR
             if verdict is None and self.config.auto_accept:
-                verdict, reason = (CMD_ACCEPT if success else CMD_DISCARD), "the subtask did not succeed"
+                verdict, reason = (CMD_ACCEPT if success else CMD_DISCARD), NOT_SUCCEEDED
             elif verdict is None:
                 verdict = self._verdict(status, canceled)
             return self._finish(target, seed, frames, success, "" if verdict == CMD_ACCEPT else reason)
@@ -419,12 +457,11 @@ class DemoSession:
         self, target: DemoTarget, seed: int, frames: _Frames, success: bool, rejection_reason: str
     ) -> TakeResult:
         """Label the take and, when accepted (`rejection_reason` empty), store it and export its bag."""
-        robot, cfg = self.robot, self.config
-        accepted = not rejection_reason
+        robot = self.robot
         r = target.request
         metadata = {
             "recorder": RECORDER,
-            "operator": cfg.operator,
+            "operator": self.config.operator,
             "request_id": r.request_id,
             "round": r.round,
             "source_composition": target.composition.name,
@@ -433,17 +470,9 @@ class DemoSession:
             "joint_names": [*robot.arm.joint_names, GRIPPER_JOINT],
         }
         # Without ground truth (hardware) the operator's acceptance is the success label.
-        label = success if isinstance(robot, SimRobot) else accepted
+        label = success if isinstance(robot, SimRobot) else not rejection_reason
         episode = frames.episode(target.demo_composition, seed, 1.0 / robot.dt, label, metadata)
-        step = max(1, len(episode) // cfg.preview_frames) if cfg.preview_frames else 0
-        preview = list(episode.images[::step][: cfg.preview_frames]) if step else []
-        result = TakeResult(episode, accepted, seed, (len(episode) - 1) * robot.dt, preview=preview)
-        if not accepted:
-            result.rejection_reason = rejection_reason
-            return result
-        result.episode_id = self.store.add(episode)  # atomic and fsynced: from here on it is never lost
-        result.storage_uri = (
-            (self.store.root / EPISODE_PATH.format(episode_id=result.episode_id)).resolve().as_uri()
-        )
-        result.bag = export_bag(episode, self.bag_dir, result.episode_id)
+        result = finish_take(episode, seed, self.store, rejection_reason, self.config.preview_frames)
+        if result.accepted:
+            result.bag = export_bag(episode, self.bag_dir, result.episode_id)
         return result
