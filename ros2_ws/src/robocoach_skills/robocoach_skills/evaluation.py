@@ -14,8 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from robocoach_skills import measures
 from robocoach_skills.composition import Composition
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.data.episode import Episode
+from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.router import Router, TrialMonitor, TrialResult
 from robocoach_skills.sim.scene import SimScene
 
@@ -55,6 +60,54 @@ class GroundTruthMonitor(TrialMonitor):
         }
 
 
+class RecordingEnv:
+    """The scene as the router's RobotEnv, keeping every frame, applied action and ground-truth label.
+
+    Expert rollouts, failures included, are what CoachWorld must learn to imagine and the judge to
+    diagnose; this records them in the episode format (frame t observed, then action t applied).
+    """
+
+    def __init__(self, scene: SimScene) -> None:
+        self.scene = scene
+        self._frames: list[dict] = []
+        self._actions: list[np.ndarray] = []
+        self._labels: list[tuple[int, float]] = []
+
+    def reset(self, composition: Composition, seed: int) -> dict:
+        obs = self.scene.reset(composition, seed)
+        self._frames, self._actions, self._labels = [obs], [], [self._label()]
+        return obs
+
+    def step(self, action: np.ndarray) -> dict:
+        applied = self.scene.apply_action(action)  # clipped to the arm's limits, as it really ran
+        obs = self.scene.observe()
+        self._actions.append(np.asarray(applied, dtype=np.float32))
+        self._frames.append(obs)
+        self._labels.append(self._label())
+        return obs
+
+    def _label(self) -> tuple[int, float]:
+        active = min(self.scene.active_subtask, len(self.scene.composition.subtasks) - 1)
+        return active, self.scene.subtask_progress(active)
+
+    def episode(self, composition: Composition, seed: int, success: bool, metadata: dict) -> Episode:
+        """The trial just run; the last frame's action repeats the last command (the arm holds)."""
+        actions = [*self._actions, self._actions[-1] if self._actions else self.scene.joint_targets()]
+        return Episode(
+            composition=composition,
+            seed=seed,
+            fps=self.scene.config.policy_hz,
+            images=np.stack([f[OBS_IMAGE] for f in self._frames]),
+            proprio=np.stack([f[OBS_PROPRIO] for f in self._frames]).astype(np.float32),
+            actions=np.stack(actions).astype(np.float32),
+            subtask_index=np.array([i for i, _ in self._labels], dtype=np.int16),
+            progress=np.array([p for _, p in self._labels], dtype=np.float32),
+            success=success,
+            kind="rollout",
+            metadata=metadata,
+        )
+
+
 @dataclass
 class EvaluationResult:
     composition: str
@@ -75,15 +128,34 @@ def success_rate(trials: list[TrialResult]) -> float:
     return measures.success_rate([t.ground_truth["success"] for t in trials])
 
 
-def evaluate(router: Router, scene: SimScene, composition: Composition, seeds: list[int]) -> EvaluationResult:
-    """Run one routed trial per seed on the simulator and attach the ground truth to each."""
+def evaluate(
+    router: Router,
+    scene: SimScene,
+    composition: Composition,
+    seeds: list[int],
+    record_to: EpisodeStore | None = None,
+) -> EvaluationResult:
+    """Run one routed trial per seed on the simulator and attach the ground truth to each.
+
+    With `record_to`, every trial is also stored as a "rollout" episode (expert versions, outcome
+    and ground-truth first failure in its metadata).
+    """
     result = EvaluationResult(composition.name, composition.robot)
+    env = RecordingEnv(scene) if record_to is not None else scene
     for seed in seeds:
         monitor = GroundTruthMonitor(scene)
-        trial = router.run(scene, composition, seed, monitor)
+        trial = router.run(env, composition, seed, monitor)
         trial.ground_truth = {
             **monitor.summary(len(composition.subtasks)),
             "region": scene.initial_state.region,
         }
         result.trials.append(trial)
+        if record_to is not None:
+            metadata = {
+                "expert_versions": trial.expert_versions,
+                "outcome": trial.outcome,
+                "first_failed": trial.ground_truth["first_failed"],
+                "recorder": "evaluation",
+            }
+            record_to.add(env.episode(composition, seed, trial.ground_truth["success"], metadata))
     return result
