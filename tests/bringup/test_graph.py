@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,21 @@ def test_every_node_of_the_graph_is_a_built_executable(backend):
         assert node_executable(spec.package, spec.executable).exists()
     names = [s.name for s in specs]
     assert names[-1] == "coach" and len(set(names)) == len(names)
-    assert ("sim_robot" in names) == (backend == "sim")
+    assert ("sim_robot" in names) == (backend == "sim") and ("robot_driver" in names) != (backend == "sim")
     assert ("scripted_operator" in names) == (backend == "sim") and ("demo_recorder" in names) != (
         backend == "sim"
     )
+
+
+@pytest.mark.parametrize(
+    ("robot", "backend", "option"), [("franka", "franka", "robot_ip"), ("piper", "piper_sdk", "channel")]
+)
+def test_hardware_graph_drives_the_arm_through_its_backend(robot, backend, option):
+    specs = {s.name: s for s in describe_graph(GraphConfig(robot=robot, backend="hardware"))}
+    driver = specs["robot_driver"]
+    assert driver.machine == ROBOT_MACHINE and driver.executable == "robot_driver"
+    assert driver.parameters["robot"] == robot and driver.parameters["backend"] == backend
+    assert option in json.loads(driver.parameters["backend_options"])  # from config/<robot>.yaml
 
 
 def test_parameters_merge_yaml_then_run_paths_then_overrides(tmp_path):
@@ -53,8 +65,9 @@ def test_a_subset_of_nodes_and_bad_names_are_handled():
 
 
 def test_parameter_args_are_ros_args():
-    assert parameter_args({"a": True, "b": [1, 2], "c": "x"}, "n") == [
+    assert parameter_args({"a": True, "b": [1, 2], "c": "x", "d": '{"k": 1}', "e": ""}, "n") == [
         "--ros-args", "-r", "__node:=n", "-p", "a:=true", "-p", "b:=[1, 2]", "-p", "c:=x",
+        "-p", 'd:="{\\"k\\": 1}"', "-p", 'e:=""',
     ]  # fmt: skip
 
 

@@ -23,6 +23,7 @@ setup(
             "demo_recorder = robocoach_skills.nodes.demo_recorder:main",
             "task_markers = robocoach_skills.nodes.task_markers:main",
             "scripted_operator = robocoach_skills.nodes.scripted_operator:main",
+            "robot_driver = robocoach_skills.nodes.robot_driver:main",
         ],
     },
 )

@@ -22,6 +22,8 @@ from robocoach_skills.constants import ROBOTS
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"  # in the source tree
 BACKENDS = ("sim", "hardware")  # hardware: the arm's driver publishes the robot topics, no sim node
 ROBOT_MACHINE, OFFBOARD_MACHINE = "robot", "offboard"  # robot workstation vs the GPU box
+# Robot backend (robots.make_robot) of the `robot_driver` per arm on hardware; options in config/<robot>.yaml.
+HARDWARE_BACKENDS = {"franka": "franka", "piper": "piper_sdk"}
 
 
 def config_dir() -> Path:
@@ -78,6 +80,7 @@ class GraphConfig:
     robot: str = "franka"  # embodiment, from ROBOTS
     backend: str = "sim"  # from BACKENDS
     run_dir: Path = Path("runs/demo")  # experts, episodes, world, judge and coach state live here
+    experts_dir: Path | None = None  # the experts the graph runs and coaches (None: <run_dir>/experts)
     nodes: tuple[str, ...] = ()  # only these node names ("" = the whole graph)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # node name -> parameters
 
@@ -91,10 +94,13 @@ class GraphConfig:
 def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
     """The graph in start order: robot side first (the others wait for its topics), coach last."""
     robot = {"robot": config.robot}
-    experts = {"experts_dir": str(paths.experts)}
+    experts = {"experts_dir": str(config.experts_dir or paths.experts)}
     specs = []
     if config.backend == "sim":
         specs.append(NodeSpec("robocoach_skills", "sim_robot", "sim_robot", ROBOT_MACHINE, robot))
+    else:
+        driver = {**robot, "backend": HARDWARE_BACKENDS[config.robot]}
+        specs.append(NodeSpec("robocoach_skills", "robot_driver", "robot_driver", ROBOT_MACHINE, driver))
     specs += [
         NodeSpec("robocoach_skills", "skill_executor", "skill_executor", ROBOT_MACHINE, {**robot, **experts}),
         NodeSpec("robocoach_skills", "task_markers", "task_markers", ROBOT_MACHINE),
@@ -130,7 +136,7 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
                 "demo_recorder",
                 "demo_recorder",
                 ROBOT_MACHINE,
-                {**robot, "store": str(paths.episodes)},
+                {**robot, "store_dir": str(paths.episodes)},
             )
         )
     specs.append(

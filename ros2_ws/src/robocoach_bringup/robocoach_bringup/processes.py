@@ -8,6 +8,7 @@ then SIGTERM, then SIGKILL.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
 from ament_index_python.packages import get_package_prefix
 
 STOP_GRACE_S = 5.0  # per signal, before escalating to the next one
@@ -46,6 +48,8 @@ def _yaml_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    if isinstance(value, str) and (not value or yaml.safe_load(value) != value):
+        return json.dumps(value)  # a string YAML would read as something else (JSON, "", "1.0", "true")
     return str(value)
 
 
