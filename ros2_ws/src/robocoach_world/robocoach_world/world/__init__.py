@@ -1,0 +1,1 @@
+"""CoachWorld: the action-conditioned world model (model, action representation, data, training, eval)."""

@@ -1,0 +1,364 @@
+"""CoachWorld: one stochastic, action-conditioned latent video model for every skill and both arms.
+
+Structure (SVG-LP / RSSM-like, small enough for a CPU, wider by `WorldConfig` on a GPU):
+
+    observe:  frames + proprio of a short real history -> per-frame embeddings -> GRU -> h_0,
+              plus multi-scale conv features of the last real frame (decoder skips: the static scene)
+    imagine:  for each action a_k (padded joint targets, turned into TCP pose + gripper by
+              `action_repr`, plus the arm's embedding):
+                  z_k ~ prior(h_k, a_k)              learned Gaussian prior over a latent noise variable
+                  h_{k+1} = GRUCell([z_k, a_k], h_k)  the deterministic path never sees a real future frame
+                  frame_{k+1} = decoder(h_{k+1}, skips), composited over the last real frame by a
+                                predicted mask (the scene stays put unless something moves it)
+                  proprio_{k+1} = a_k + delta(h_{k+1}) on the arm's channels (servos track their targets)
+    training: z_k from the posterior q(z_k | h_k, a_k, frame_{k+1}) with KL(q || prior); for a fraction
+              of sequences from the prior, so the free-running path is trained as it is used.
+
+Different `torch.Generator` seeds draw different z sequences, hence different plausible futures; the
+same seed reproduces a rollout exactly. `imagine` keeps no autograd graph.
+
+    model = CoachWorld(WorldConfig())
+    state = model.observe(images, proprio, robot_ids)               # (B, Th, 64, 64, 3) uint8, (B, Th, 8)
+    state, frames, proprio = model.imagine(state, actions, robot_ids, generator)  # actions (B, K, 8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from itertools import pairwise
+
+import torch
+from torch import nn
+
+from robocoach_skills.action_contract import ACTION_DIM, channel_mask
+from robocoach_skills.constants import ROBOTS
+from robocoach_world.world.action_repr import REPR_DIM, AgnosticKinematics
+
+GROUPS = 4  # GroupNorm groups in every conv stage
+MASK_BIAS = -3.0  # initial logit of the generated-pixel mask: start close to copying the context frame
+
+
+@dataclass
+class WorldConfig:
+    """Model size; the defaults train in minutes on one CPU thread, a GPU takes wider ones."""
+
+    image_size: int = 64  # square frame edge [px]; must be divisible by 2**len(channels)
+    channels: tuple[int, ...] = (8, 16, 32, 64)  # conv widths, each stage halves the resolution
+    embed_dim: int = 256  # per-frame embedding (image + proprio)
+    hidden_dim: int = 256  # deterministic state h
+    latent_dim: int = 16  # stochastic z per step
+    robot_dim: int = 16  # arm-identity embedding
+    min_std: float = 0.05  # floor of the prior/posterior std (keeps sampling and KL well conditioned)
+
+    def __post_init__(self) -> None:
+        self.channels = tuple(self.channels)
+        if not self.channels or any(c < 1 or c % GROUPS for c in self.channels):
+            raise ValueError(
+                f"WorldConfig.channels must be positive multiples of {GROUPS}, got {self.channels!r}"
+            )
+        if self.image_size % (2 ** len(self.channels)) or self.image_size < 2 ** len(self.channels):
+            raise ValueError(
+                f"WorldConfig.image_size {self.image_size!r} is not a multiple of 2**{len(self.channels)}"
+            )
+        for name in ("embed_dim", "hidden_dim", "latent_dim", "robot_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WorldConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.min_std > 0:
+            raise ValueError(f"WorldConfig.min_std must be positive, got {self.min_std!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict) -> WorldConfig:
+        """Inverse of `dataclasses.asdict`; unknown or missing keys raise ValueError."""
+        names = {f.name for f in fields(cls)}
+        if set(values) != names:
+            raise ValueError(
+                f"WorldConfig keys differ: extra {set(values) - names}, missing {names - set(values)}"
+            )
+        return cls(**values)
+
+
+@dataclass
+class LossConfig:
+    """Training objective and the robustness noise (see `CoachWorld.forward`)."""
+
+    kl_weight: float = 1e-3  # weight of KL(posterior || prior) [per nat] against the image MSE
+    free_nats: float = 0.5  # KL per step below this is not penalised (keeps z informative)
+    proprio_weight: float = 0.1  # weight of the masked proprio MSE [per rad^2]
+    prior_fraction: float = 0.25  # share of sequences rolled out on prior samples (as in imagination)
+    history_noise: float = 0.05  # max std of pixel noise on history frames (drawn per sequence)
+    latent_noise: float = 0.01  # std of noise added to h after every step
+    vary_history: bool = True  # train on the last 1..Th history frames (drawn per batch), not always Th
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 0:
+                raise ValueError(f"LossConfig.{f.name} must be >= 0, got {getattr(self, f.name)!r}")
+        if self.prior_fraction > 1:
+            raise ValueError(f"LossConfig.prior_fraction must be <= 1, got {self.prior_fraction!r}")
+
+
+@dataclass
+class WorldState:
+    """What the model carries between `imagine` calls, batched on the model's device."""
+
+    h: torch.Tensor  # (B, hidden_dim) deterministic state after the last real or imagined frame
+    context: torch.Tensor  # (B, 3, S, S) float [0, 1], the last real frame (what the decoder composites over)
+    skips: tuple[torch.Tensor, ...]  # conv features of that frame, one (B, C, S', S') per stage
+    robot_ids: torch.Tensor  # (B,) long, index into constants.ROBOTS
+
+    def select(self, index: torch.Tensor) -> WorldState:
+        """Rows `index` (long (N,)): to drop, reorder or repeat rollouts, e.g. one per seed."""
+        skips = tuple(s[index] for s in self.skips)
+        return WorldState(self.h[index], self.context[index], skips, self.robot_ids[index])
+
+
+def _block(c_in: int, c_out: int, transpose: bool) -> nn.Sequential:
+    conv = nn.ConvTranspose2d if transpose else nn.Conv2d
+    return nn.Sequential(conv(c_in, c_out, 4, 2, 1), nn.GroupNorm(GROUPS, c_out), nn.SiLU())
+
+
+class Encoder(nn.Module):
+    """(N, 3, S, S) in [0, 1] -> embedding (N, embed_dim) and the per-stage feature maps."""
+
+    def __init__(self, config: WorldConfig) -> None:
+        super().__init__()
+        widths = (3, *config.channels)
+        self.stages = nn.ModuleList(_block(a, b, False) for a, b in pairwise(widths))
+        side = config.image_size // 2 ** len(config.channels)
+        self.out = nn.Linear(config.channels[-1] * side * side, config.embed_dim)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        feats = []
+        for stage in self.stages:
+            x = stage(x)
+            feats.append(x)
+        return self.out(x.flatten(1)), tuple(feats)
+
+
+class Decoder(nn.Module):
+    """h (N, hidden_dim) + the context frame and its skip features -> frame (N, 3, S, S) in [0, 1].
+
+    The output composites generated pixels over the context frame through a predicted mask: most of
+    the scene stays where it was, so the network spends its capacity on what moves. The mask starts
+    mostly closed (the copy-last-frame prediction) and opens where training shows motion.
+    """
+
+    def __init__(self, config: WorldConfig) -> None:
+        super().__init__()
+        c = config.channels
+        self.side = config.image_size // 2 ** len(c)
+        self.inp = nn.Linear(config.hidden_dim, c[-1] * self.side * self.side)
+        ins = tuple(reversed(c))  # stage i concatenates the skip of the same resolution (width ins[i])
+        self.stages = nn.ModuleList(_block(2 * i, o, True) for i, o in pairwise(ins))
+        # The full-resolution stage writes RGB + mask directly: it is the most expensive one per channel.
+        self.head = nn.ConvTranspose2d(2 * c[0], 4, 4, 2, 1)
+        nn.init.constant_(self.head.bias[3], MASK_BIAS)
+
+    def forward(
+        self, h: torch.Tensor, context: torch.Tensor, skips: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        x = self.inp(h).view(h.shape[0], -1, self.side, self.side)
+        skips = tuple(reversed(skips))
+        for stage, skip in zip(self.stages, skips, strict=False):
+            x = stage(torch.cat([x, skip], dim=1))
+        out = self.head(torch.cat([x, skips[-1]], dim=1))
+        mask = torch.sigmoid(out[:, 3:])
+        return mask * torch.sigmoid(out[:, :3]) + (1 - mask) * context
+
+
+def _mlp(d_in: int, d_out: int, width: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, width), nn.SiLU(), nn.Linear(width, d_out))
+
+
+class CoachWorld(nn.Module):
+    """The world model; `forward(batch)` is the training loss, `observe`/`imagine` the inference API."""
+
+    def __init__(self, config: WorldConfig | None = None) -> None:
+        super().__init__()
+        self.config = c = config or WorldConfig()
+        self.kinematics = AgnosticKinematics()
+        self.robot = nn.Embedding(len(ROBOTS), c.robot_dim)
+        self.encoder = Encoder(c)
+        self.obs_proprio = _mlp(REPR_DIM + ACTION_DIM, c.embed_dim, c.embed_dim)
+        self.history = nn.GRU(c.embed_dim, c.hidden_dim, batch_first=True)
+        self.init_h = nn.Linear(c.hidden_dim + c.robot_dim, c.hidden_dim)
+        self.action = _mlp(REPR_DIM + c.robot_dim, c.embed_dim, c.embed_dim)
+        self.prior = _mlp(c.hidden_dim + c.embed_dim, 2 * c.latent_dim, c.hidden_dim)
+        self.posterior = _mlp(c.hidden_dim + 2 * c.embed_dim, 2 * c.latent_dim, c.hidden_dim)
+        self.cell = nn.GRUCell(c.latent_dim + c.embed_dim, c.hidden_dim)
+        self.decoder = Decoder(c)
+        self.proprio_delta = _mlp(c.hidden_dim + c.robot_dim, ACTION_DIM, c.hidden_dim)
+        masks = torch.stack([torch.from_numpy(channel_mask(r)) for r in ROBOTS]).float()
+        self.register_buffer("channel_masks", masks, persistent=False)  # (n_robots, ACTION_DIM)
+
+    @property
+    def device(self) -> torch.device:
+        return self.robot.weight.device
+
+    # ------------------------------------------------------------------ pieces
+    def _embed(self, images: torch.Tensor, proprio: torch.Tensor, robot_ids: torch.Tensor):
+        """(B, T, S, S, 3) float [0, 1], (B, T, 8) -> embeddings (B, T, E), skips of the last frame."""
+        b, t = images.shape[:2]
+        flat = images.reshape(b * t, *images.shape[2:]).permute(0, 3, 1, 2)  # (B*T, 3, S, S)
+        emb, feats = self.encoder(flat)
+        ids = robot_ids[:, None].expand(b, t)
+        prop = torch.cat([self.kinematics.encode(proprio, ids), proprio], dim=-1)  # (B, T, 10 + 8)
+        emb = emb.view(b, t, -1) + self.obs_proprio(prop)
+        last = tuple(f.view(b, t, *f.shape[1:])[:, -1] for f in feats)
+        return emb, last
+
+    def _start(self, images, proprio, robot_ids, context: torch.Tensor | None = None) -> WorldState:
+        """State from a history (B, Th, S, S, 3) in [0, 1]; `context` (B, S, S, 3): composite over it
+        instead of the last history frame (training: the clean frame when the history is noised)."""
+        emb, skips = self._embed(images, proprio, robot_ids)
+        _, last = self.history(emb)  # (1, B, H)
+        h = torch.tanh(self.init_h(torch.cat([last[0], self.robot(robot_ids)], dim=-1)))
+        context = images[:, -1] if context is None else context
+        return WorldState(h, context.permute(0, 3, 1, 2), skips, robot_ids)
+
+    def _actions(self, actions: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
+        """(B, K, 8) padded joint targets -> (B, K, E) agnostic action features."""
+        rep = self.kinematics.encode(actions, robot_ids)
+        arm = self.robot(robot_ids)[:, None].expand(-1, actions.shape[1], -1)
+        return self.action(torch.cat([rep, arm], dim=-1))
+
+    def _gaussian(self, net: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw = net(x).chunk(2, dim=-1)
+        return mean, nn.functional.softplus(raw) + self.config.min_std
+
+    def _decode(self, hs: torch.Tensor, state: WorldState, actions: torch.Tensor):
+        """hs (B, K, H) -> frames (B, K, 3, S, S) in [0, 1], proprio (B, K, 8) (residual on the targets)."""
+        k = hs.shape[1]
+        # Step by step: the skips are shared, and copying them K times costs more than the convolutions.
+        frames = torch.stack([self.decoder(hs[:, j], state.context, state.skips) for j in range(k)], dim=1)
+        arm = self.robot(state.robot_ids)[:, None].expand(-1, k, -1)
+        mask = self.channel_masks[state.robot_ids][:, None]  # (B, 1, 8)
+        proprio = (actions + self.proprio_delta(torch.cat([hs, arm], dim=-1))) * mask
+        return frames, proprio
+
+    # ------------------------------------------------------------------ inference API
+    @torch.no_grad()
+    def observe(self, images: torch.Tensor, proprio: torch.Tensor, robot_ids: torch.Tensor) -> WorldState:
+        """State after a real history: images (B, Th, S, S, 3) uint8, proprio (B, Th, 8) padded, ids (B,)."""
+        _check_inputs(images, proprio, robot_ids, self.config.image_size)
+        dev = self.device
+        return self._start(images.to(dev).float() / 255.0, proprio.to(dev).float(), robot_ids.to(dev))
+
+    @torch.no_grad()
+    def imagine(
+        self,
+        state: WorldState,
+        actions: torch.Tensor,
+        robot_ids: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> tuple[WorldState, torch.Tensor, torch.Tensor]:
+        """Roll K >= 1 actions forward from `state`.
+
+        actions: (B, K, 8) float, padded joint targets + gripper command of each row's arm (converted
+        to the agnostic representation here). Returns the new state, frames (B, K, S, S, 3) uint8 and
+        proprio (B, K, 8) float (zeros on unused channels); frame k follows action k. The noise is
+        drawn from `generator` (on any device; None: torch's global RNG).
+        """
+        if actions.dim() != 3 or actions.shape[0] != state.h.shape[0] or actions.shape[-1] != ACTION_DIM:
+            raise ValueError(
+                f"actions must be (B={state.h.shape[0]}, K, {ACTION_DIM}), got {tuple(actions.shape)}"
+            )
+        if actions.shape[1] < 1:
+            raise ValueError("imagine needs at least one action (K >= 1)")
+        robot_ids = robot_ids.to(self.device)
+        if not torch.equal(robot_ids, state.robot_ids):
+            raise ValueError(
+                f"robot_ids {robot_ids.tolist()} differ from the state's {state.robot_ids.tolist()}"
+            )
+        actions = actions.to(self.device).float()
+        feats = self._actions(actions, robot_ids)
+        h, hs = state.h, []
+        shape = (h.shape[0], self.config.latent_dim)
+        for k in range(actions.shape[1]):
+            mean, std = self._gaussian(self.prior, torch.cat([h, feats[:, k]], dim=-1))
+            noise = torch.randn(
+                shape, generator=generator, device=generator.device if generator else h.device
+            )
+            h = self.cell(torch.cat([mean + std * noise.to(h.device), feats[:, k]], dim=-1), h)
+            hs.append(h)
+        state = WorldState(h, state.context, state.skips, robot_ids)
+        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
+        return state, to_uint8(frames.permute(0, 1, 3, 4, 2)), proprio
+
+    # ------------------------------------------------------------------ training
+    def forward(
+        self, batch: dict[str, torch.Tensor], loss: LossConfig
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss of a batch of windows (keys: `data.WINDOW_KEYS`) -> (loss, scalar parts)."""
+        robot_ids = batch["robot_id"]
+        th = batch["history_images"].shape[1]
+        if loss.vary_history:  # observe() gets 1..Th real frames (the imagination loop starts from one)
+            th = int(torch.randint(1, th + 1, ()).item())
+        clean = batch["history_images"][:, -th:].float() / 255.0  # (B, th, S, S, 3)
+        history = clean
+        if loss.history_noise > 0:  # imperfect (e.g. imagined) history must not derail the encoder
+            sigma = loss.history_noise * torch.rand(clean.shape[0], 1, 1, 1, 1, device=clean.device)
+            history = (clean + sigma * torch.randn_like(clean)).clamp(0, 1)
+        state = self._start(history, batch["history_proprio"][:, -th:], robot_ids, context=clean[:, -1])
+        actions = batch["actions"]  # (B, K, 8)
+        target = batch["future_images"].float() / 255.0  # (B, K, S, S, 3)
+        valid = batch["valid"].float()  # (B, K)
+        b, k = valid.shape
+        feats = self._actions(actions, robot_ids)
+        future_emb, _ = self._embed(target, batch["future_proprio"], robot_ids)  # (B, K, E)
+        free_running = (torch.rand(b, 1, device=valid.device) < loss.prior_fraction).float()
+        h, hs, kls = state.h, [], []
+        for step in range(k):
+            pm, ps = self._gaussian(self.prior, torch.cat([h, feats[:, step]], dim=-1))
+            qm, qs = self._gaussian(
+                self.posterior, torch.cat([h, feats[:, step], future_emb[:, step]], dim=-1)
+            )
+            z_post, z_prior = qm + qs * torch.randn_like(qs), pm + ps * torch.randn_like(ps)
+            z = free_running * z_prior + (1 - free_running) * z_post
+            kls.append(_kl(qm, qs, pm, ps))
+            h = self.cell(torch.cat([z, feats[:, step]], dim=-1), h)
+            if loss.latent_noise > 0:
+                h = h + loss.latent_noise * torch.randn_like(h)
+            hs.append(h)
+        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
+        weight = valid / valid.sum().clamp(min=1)
+        image_mse = ((frames.permute(0, 1, 3, 4, 2) - target) ** 2).mean(dim=(2, 3, 4))  # (B, K)
+        mask = self.channel_masks[robot_ids][:, None]
+        proprio_mse = (((proprio - batch["future_proprio"]) * mask) ** 2).sum(-1) / mask.sum(-1)  # (B, K)
+        kl = torch.stack(kls, dim=1)  # (B, K) nats per step
+        image_term, proprio_term = (image_mse * weight).sum(), (proprio_mse * weight).sum()
+        kl_term = (kl * weight).sum()
+        total = (
+            image_term
+            + loss.proprio_weight * proprio_term
+            + loss.kl_weight * kl_term.clamp(min=loss.free_nats)
+        )
+        parts = {
+            "loss": total.item(),
+            "image_mse": image_term.item(),
+            "proprio_mse": proprio_term.item(),
+            "kl": kl_term.item(),
+        }
+        return total, parts
+
+
+def _kl(qm: torch.Tensor, qs: torch.Tensor, pm: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+    """KL(N(qm, qs) || N(pm, ps)) summed over the last axis."""
+    return (torch.log(ps / qs) + (qs**2 + (qm - pm) ** 2) / (2 * ps**2) - 0.5).sum(-1)
+
+
+def to_uint8(frames: torch.Tensor) -> torch.Tensor:
+    """Float frames in [0, 1] -> uint8 [0, 255] (rounded)."""
+    return (frames.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def _check_inputs(images: torch.Tensor, proprio: torch.Tensor, robot_ids: torch.Tensor, size: int) -> None:
+    if images.dtype != torch.uint8 or images.dim() != 5 or tuple(images.shape[2:]) != (size, size, 3):
+        raise ValueError(
+            f"images must be (B, Th, {size}, {size}, 3) uint8, got {tuple(images.shape)} {images.dtype}"
+        )
+    b, th = images.shape[:2]
+    if th < 1 or tuple(proprio.shape) != (b, th, ACTION_DIM):
+        raise ValueError(f"proprio must be (B={b}, Th={th}, {ACTION_DIM}), got {tuple(proprio.shape)}")
+    if tuple(robot_ids.shape) != (b,):
+        raise ValueError(f"robot_ids must be (B={b},), got {tuple(robot_ids.shape)}")

@@ -1,0 +1,111 @@
+"""CoachWorld's imagination API: shapes, dtypes, both arms in one batch, seeded stochasticity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robocoach_skills.action_contract import ACTION_DIM
+from robocoach_world.world.model import CoachWorld, WorldConfig, WorldState
+
+SIZE = 32
+TINY = WorldConfig(image_size=SIZE, channels=(8, 16), embed_dim=32, hidden_dim=32, latent_dim=4, robot_dim=4)
+IDS = torch.tensor([0, 1, 1, 0])  # franka, piper, piper, franka
+
+
+@pytest.fixture(scope="module")
+def model() -> CoachWorld:
+    torch.manual_seed(0)
+    return CoachWorld(TINY).eval()
+
+
+def _history(th: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (len(IDS), th, SIZE, SIZE, 3), dtype=torch.uint8, generator=g)
+    proprio = torch.randn(len(IDS), th, ACTION_DIM, generator=g) * 0.3
+    proprio[IDS == 1, :, 6] = 0.0  # the PiPER's unused slot
+    return images, proprio
+
+
+def _actions(k: int) -> torch.Tensor:
+    actions = torch.randn(len(IDS), k, ACTION_DIM, generator=torch.Generator().manual_seed(1)) * 0.3
+    actions[IDS == 1, :, 6] = 0.0
+    return actions
+
+
+@pytest.mark.parametrize(("th", "k"), [(1, 1), (2, 5)])
+def test_observe_imagine_shapes_for_both_arms(model, th, k):
+    state = model.observe(*_history(th), IDS)
+    assert isinstance(state, WorldState)
+    assert state.h.shape == (len(IDS), TINY.hidden_dim)
+    state, frames, proprio = model.imagine(state, _actions(k), IDS, torch.Generator().manual_seed(0))
+    assert frames.shape == (len(IDS), k, SIZE, SIZE, 3) and frames.dtype == torch.uint8
+    assert proprio.shape == (len(IDS), k, ACTION_DIM) and proprio.dtype == torch.float32
+    assert torch.all(proprio[IDS == 1, :, 6] == 0), "unused PiPER channel must stay zero"
+    assert torch.all(proprio[IDS == 0, :, 6] != 0)
+    assert not state.h.requires_grad and not frames.requires_grad
+    # The returned state continues the rollout: another chunk from it works.
+    _, more, _ = model.imagine(state, _actions(2), IDS)
+    assert more.shape == (len(IDS), 2, SIZE, SIZE, 3)
+
+
+def test_generators_decide_the_future(model):
+    state = model.observe(*_history(2), IDS)
+    actions = _actions(4)
+
+    def rollout(seed: int):
+        return model.imagine(state, actions, IDS, torch.Generator().manual_seed(seed))[1:]
+
+    frames_a, proprio_a = rollout(3)
+    frames_b, proprio_b = rollout(3)
+    frames_c, proprio_c = rollout(4)
+    assert torch.equal(frames_a, frames_b) and torch.equal(proprio_a, proprio_b)
+    assert not torch.equal(frames_a, frames_c)
+    assert not torch.allclose(proprio_a, proprio_c)
+    # The first step already depends on the noise (z_0 is drawn before h_1).
+    assert not torch.allclose(proprio_a[:, 0], proprio_c[:, 0])
+
+
+def test_chunking_does_not_change_a_seeded_rollout(model):
+    """K=4 at once equals 4 calls of K=1 with the same generator: the lead's loop may step one by one."""
+    state = model.observe(*_history(1), IDS)
+    actions = _actions(4)
+    _, frames, proprio = model.imagine(state, actions, IDS, torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    steps = []
+    for k in range(4):
+        state, f, p = model.imagine(state, actions[:, k : k + 1], IDS, g)
+        steps.append((f, p))
+    torch.testing.assert_close(torch.cat([f for f, _ in steps], dim=1), frames, atol=1, rtol=0)
+    torch.testing.assert_close(torch.cat([p for _, p in steps], dim=1), proprio)
+
+
+def test_select_repeats_rows(model):
+    state = model.observe(*_history(1), IDS)
+    index = torch.tensor([2, 2, 0])
+    picked = state.select(index)
+    assert torch.equal(picked.h, state.h[index]) and torch.equal(picked.robot_ids, IDS[index])
+    _, frames, _ = model.imagine(picked, _actions(2)[index], IDS[index])
+    assert frames.shape[0] == 3
+
+
+def test_bad_inputs_are_refused(model):
+    images, proprio = _history(1)
+    with pytest.raises(ValueError, match="uint8"):
+        model.observe(images.float(), proprio, IDS)
+    with pytest.raises(ValueError, match="proprio"):
+        model.observe(images, proprio[..., :7], IDS)
+    state = model.observe(images, proprio, IDS)
+    with pytest.raises(ValueError, match="robot_ids"):
+        model.imagine(state, _actions(1), torch.zeros_like(IDS))
+    with pytest.raises(ValueError, match="actions"):
+        model.imagine(state, _actions(1)[:2], IDS)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="image_size"):
+        WorldConfig(image_size=30, channels=(8, 16))
+    with pytest.raises(ValueError, match="channels"):
+        WorldConfig(channels=(6, 16))
+    with pytest.raises(ValueError, match="keys"):
+        WorldConfig.from_dict({"image_size": 64})
