@@ -118,3 +118,26 @@ def test_split_by_skill_accepts_names_and_indices(config):
 def test_experts_never_import_rclpy():
     code = "import sys, robocoach_skills.experts; sys.exit('rclpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_random_shift_crops_a_replicate_padded_frame_per_sample():
+    import torch.nn.functional as F  # noqa: N812
+
+    from robocoach_skills.experts.model import random_shift
+
+    torch.manual_seed(0)
+    images = torch.rand(6, 3, 8, 8)
+    shifted = random_shift(images, 2)
+    padded = F.pad(images, (2, 2, 2, 2), mode="replicate")
+    offsets = set()
+    for b in range(6):
+        matches = [
+            (dy, dx)
+            for dy in range(5)
+            for dx in range(5)
+            if torch.equal(shifted[b], padded[b, :, dy : dy + 8, dx : dx + 8])
+        ]
+        assert matches, f"frame {b} is not a crop of its padded frame"
+        offsets.add(matches[0])
+    assert len(offsets) > 1  # the shift is random per frame
+    assert torch.equal(random_shift(images, 0), images)

@@ -47,8 +47,9 @@ class ExpertConfig:
     done_bias_init: float = -4.0  # initial done logit: a fresh expert says "not done" (p ~ 0.018)
     # Loss.
     done_weight: float = 0.1  # weight of the done BCE; at 1.0 its gradients swamp the L1 in shared layers
-    done_pos_weight: float = 5.0  # BCE weight of positive done labels (they are rare: ~1 per subtask)
+    done_pos_weight: float = 1.0  # BCE weight of positive done labels (every achieved frame is one)
     # Training.
+    shift_pixels: int = 4  # training-time random shift of frames (pad + random crop, as in DrQ); 0 = off
     freeze_backbone: bool = True  # after pretraining, adapter updates leave the backbone untouched
     lr: float = 1e-3  # AdamW learning rate (pretraining and adapter updates)
     weight_decay: float = 0.0  # AdamW decoupled decay; 0 leaves directions without gradient unchanged

@@ -200,6 +200,21 @@ def chunk_loss(
     return loss, {"loss": loss.item(), "action_l1": action_l1.item(), "done_bce": done_bce.item()}
 
 
+def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
+    """Shift each frame by up to `pad` pixels (replicate-pad, then a random crop per frame).
+
+    A handful of demos pins every object to a few pixel positions; small shifts make the policy
+    depend on where things are relative to each other instead (DrQ, Kostrikov et al. 2021).
+    """
+    b, _, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2), device=images.device)
+    rows = offsets[:, 0, None] + torch.arange(h, device=images.device)  # (B, H)
+    cols = offsets[:, 1, None] + torch.arange(w, device=images.device)  # (B, W)
+    index = torch.arange(b, device=images.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[index, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
 def split_by_skill(batch: Batch, skills: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The rows of a mixed-skill batch grouped by skill name (first-seen order).
 
@@ -267,6 +282,8 @@ class ChunkPolicy(nn.Module, ABC):
         """Training loss of `skill` on a batch (every row is taken to belong to that skill)."""
         batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         self._check_obs(batch)
+        if self.config.shift_pixels:
+            batch = {**batch, OBS_IMAGE: random_shift(batch[OBS_IMAGE], self.config.shift_pixels)}
         delta, done_logit = self.predict(batch, skill)
         return chunk_loss(delta, done_logit, batch, self.channel_masks, self.config)
 
