@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from robocoach_skills.constants import ROBOTS
-from robocoach_skills.operator import OperatorConfig, ScriptedOperator, measure_skill_success
+from robocoach_skills.operator import (
+    FAILURE_MODES,
+    InjectedFailure,
+    OperatorConfig,
+    ScriptedOperator,
+    measure_skill_success,
+)
 from robocoach_skills.sim.arms import check_joint_command, get_arm
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
@@ -72,3 +78,53 @@ def test_scripted_demos_succeed_per_skill(robot):
     results = measure_skill_success(robot, SLOW_SEEDS)
     rates = {skill: wins / n for skill, (wins, n) in results.items()}
     assert all(rate >= REQUIRED_SUCCESS for rate in rates.values()), rates
+
+
+# ------------------------------------------------------------------------------ failure injection
+def test_failure_injection_config_validation():
+    with pytest.raises(ValueError, match="failure_probability"):
+        OperatorConfig(failure_probability=1.5)
+    with pytest.raises(ValueError, match="failure_modes"):
+        OperatorConfig(failure_modes=("explode",))
+    with pytest.raises(ValueError, match="stop_early_steps"):
+        OperatorConfig(stop_early_steps=(9, 3))
+
+
+def test_failure_draws_follow_the_probability_and_leave_clean_demos_unchanged():
+    config = OperatorConfig(failure_probability=0.3, failure_modes=("drift", "miss"))
+    draws = [InjectedFailure.draw(config, np.random.default_rng(k), range(2, 4)) for k in range(400)]
+    injected = [d for d in draws if d is not None]
+    assert 0.23 < len(injected) / len(draws) < 0.37
+    assert {d.mode for d in injected} == {"drift", "miss"} and {d.subtask_index for d in injected} == {2, 3}
+    assert all(0.03 <= float(np.hypot(*d.offset)) <= 0.06 for d in injected)
+    # With probability 0 the operator is the same operator as before failure injection existed.
+    scene = SimScene(SceneConfig(robot="piper", render=False))
+    comp = get_composition("piper", "two_buttons")
+    a = ScriptedOperator(OperatorConfig(seed=2)).demo_composition(scene, comp, seed=5)
+    b = ScriptedOperator(OperatorConfig(seed=2, failure_probability=0.0, drift_std=0.1)).demo_composition(
+        scene, comp, seed=5
+    )
+    scene.close()
+    np.testing.assert_array_equal(a.actions, b.actions)
+    assert a.metadata["injected_failure"] is None
+
+
+@pytest.mark.parametrize("mode", FAILURE_MODES)
+def test_injected_failures_fail_by_ground_truth_and_say_so(mode):
+    """Each mode, forced on the first subtask of pick_place_bin, fails it on most seeds."""
+    scene = SimScene(SceneConfig(robot="franka", render=False))
+    comp = get_composition("franka", "pick_place_bin")
+    op = ScriptedOperator(OperatorConfig(failure_probability=1.0, failure_modes=(mode,)))
+    episodes = [op.demo_composition(scene, comp, seed=s) for s in range(4)]
+    scene.close()
+    failed = [e for e in episodes if not e.success]
+    assert len(failed) >= 3, [e.metadata["injected_failure"] for e in episodes]
+    for episode in episodes:
+        injected = episode.metadata["injected_failure"]
+        # wrong_object becomes a miss where no other cube stands on the table
+        allowed = {mode, "miss"} if mode == "wrong_object" else {mode}
+        assert injected["mode"] in allowed and injected["subtask_index"] in (0, 1)
+        assert episode.metadata["attempts"][injected["subtask_index"]] == 1  # no retries when spoiled
+    for episode in failed:
+        assert episode.progress[-1] < 1.0
+        assert episode.metadata["completed_subtasks"] == episode.subtask_index[-1]

@@ -16,5 +16,11 @@ setup(
     maintainer_email="maintainers@robocoach.dev",
     description="Offboard side of RoboCoach: CoachWorld, progress judge, RIDI coach, training, nodes.",
     license="Apache-2.0",
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "progress_judge = robocoach_world.nodes.progress_judge:main",
+            "world_model = robocoach_world.nodes.world_model:main",
+            "coach = robocoach_world.nodes.coach:main",
+        ],
+    },
 )

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from robocoach_bringup.stages import bootstrap_demos, bootstrap_experts
+from robocoach_bringup.stages import (
+    bootstrap_demos,
+    bootstrap_experts,
+    evaluation,
+    offboard_models,
+    ridi_rounds,
+)
 from robocoach_skills.constants import ROBOTS
 
 log = logging.getLogger("robocoach.demo")
@@ -26,13 +32,32 @@ class Profile:
 
     demos_per_skill: int  # bootstrap subtask demos per skill and arm
     train_steps: int  # pretraining steps of the bootstrap experts
-    eval_rollouts: int  # deployed evaluation rollouts per composition
+    eval_rollouts: int  # deployed evaluation rollouts per composition and checkpoint
+    corpus_per_use: int  # corpus: clean and failure-injected subtask episodes per (composition, subtask)
+    corpus_per_composition: int  # corpus: clean and failure-injected whole-task episodes per composition
+    rollouts_per_composition: int  # recorded bootstrap-expert rollouts per composition
+    world_steps: int  # CoachWorld training steps
+    judge_epochs: int  # judge training epochs
+    demo_budget: int  # coaching demos per arm
+    demos_per_round: int  # coaching demos per round
+    imagined_rollouts: int  # imagined trials per composition (coach and evaluation)
+    initial_states: int  # real initial observations per composition the coach imagines from
+    horizon: int  # imagined policy steps per trial
+    adapter_steps: int  # adapter update steps per retrained skill
 
 
 PROFILES = {
-    "default": Profile(demos_per_skill=10, train_steps=1500, eval_rollouts=10),
-    "quick": Profile(demos_per_skill=3, train_steps=300, eval_rollouts=2),
-}
+    "default": Profile(
+        demos_per_skill=10, train_steps=1500, eval_rollouts=10, corpus_per_use=1, corpus_per_composition=1,
+        rollouts_per_composition=4, world_steps=1500, judge_epochs=6, demo_budget=150, demos_per_round=50,
+        imagined_rollouts=64, initial_states=8, horizon=300, adapter_steps=300,
+    ),
+    "quick": Profile(
+        demos_per_skill=3, train_steps=300, eval_rollouts=2, corpus_per_use=1, corpus_per_composition=0,
+        rollouts_per_composition=1, world_steps=60, judge_epochs=1, demo_budget=4, demos_per_round=2,
+        imagined_rollouts=8, initial_states=2, horizon=60, adapter_steps=20,
+    ),
+}  # fmt: skip
 
 
 @dataclass
@@ -87,14 +112,19 @@ STAGES: tuple[Stage, ...] = (
         run=bootstrap_experts.run,
     ),
     Stage(
+        "offboard_models",
+        "corpus with failures, recorded expert rollouts, CoachWorld and progress judge training, deadlines",
+        run=offboard_models.run,
+    ),
+    Stage(
         "ridi_rounds",
-        "Route -> Imagine -> Diagnose -> Improve rounds through the ROS graph",
-        missing_until="CoachWorld and the progress judge; The RIDI coach and the main job end to end",
+        "Route -> Imagine -> Diagnose -> Improve rounds through the ROS graph, one arm after the other",
+        run=ridi_rounds.run,
     ),
     Stage(
         "evaluation",
-        "deployed success per composition and budget, imagined vs deployed agreement",
-        missing_until="The RIDI coach and the main job end to end",
+        "deployed and imagined success per composition and budget checkpoint; their agreement",
+        run=evaluation.run,
     ),
 )
 

@@ -102,7 +102,13 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
         driver = {**robot, "backend": HARDWARE_BACKENDS[config.robot]}
         specs.append(NodeSpec("robocoach_skills", "robot_driver", "robot_driver", ROBOT_MACHINE, driver))
     specs += [
-        NodeSpec("robocoach_skills", "skill_executor", "skill_executor", ROBOT_MACHINE, {**robot, **experts}),
+        NodeSpec(
+            "robocoach_skills",
+            "skill_executor",
+            "skill_executor",
+            ROBOT_MACHINE,
+            {**robot, **experts, "judge_dir": str(paths.judge)},
+        ),
         NodeSpec("robocoach_skills", "task_markers", "task_markers", ROBOT_MACHINE),
         NodeSpec(
             "robocoach_world",

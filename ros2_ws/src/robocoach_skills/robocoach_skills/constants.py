@@ -75,4 +75,6 @@ TOPIC_COACH_ROUNDS = "/robocoach/coach/rounds"  # robocoach_msgs/CoachRound, one
 
 # Offboard side: CoachWorld imagination, and the copy of the experts it imagines with.
 ACTION_IMAGINE = "/robocoach/world/imagine"  # robocoach_msgs/Imagine
-SERVICE_WORLD_LOAD_ADAPTER = "/robocoach/world/load_adapter"  # robocoach_msgs/LoadAdapter, world model's experts
+SERVICE_WORLD_LOAD_ADAPTER = (
+    "/robocoach/world/load_adapter"  # robocoach_msgs/LoadAdapter, world model's experts
+)

@@ -8,6 +8,13 @@ so the recorded actions are ordinary joint-position commands, like any policy's.
 
 Whether a demo succeeded is read from the simulator's ground truth, never assumed.
 
+Failure injection (`OperatorConfig.failure_probability`) makes the operator spoil one subtask of an
+episode the way a weak policy does, so progress judges and world models see failures: it quits
+early and idles ("stop_early"), its hand drifts away from the plan ("drift"), it aims a few
+centimetres off ("miss"), or it acts on the wrong object ("wrong_object"). A spoiled subtask gets
+one attempt, no retries; `metadata["injected_failure"]` describes the plan (None when nothing was
+injected), and whether the episode failed is still the simulator's ground truth.
+
     op = ScriptedOperator(OperatorConfig(seed=0))
     episode = op.demo_subtask(scene, get_composition("franka", "pick_place_bin"), index=1, seed=4)
 
@@ -18,17 +25,19 @@ state and carries a hold action (the applied targets) that is not executed. With
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from robocoach_skills.composition import Composition
+from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.sim.geometry import transit_height
 from robocoach_skills.sim.ik import IKConfig, IKSolver, top_down_rotation
+from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skills import (
@@ -43,6 +52,9 @@ from robocoach_skills.tasks import skill_instances
 # How much the IK may let the gripper pitch about its closing axis (see IKConfig.pitch_weight):
 # the PiPER's +-70 deg J5 cannot keep the hand vertical above ~0.1 m; the Franka can.
 IK_PITCH_WEIGHT: dict[str, float] = {"franka": 1.0, "piper": 0.1}
+
+FAILURE_MODES: tuple[str, ...] = ("stop_early", "drift", "miss", "wrong_object")
+FAILURE_STREAM = 7  # extra seed word: failure draws never shift the operator's ordinary randomness
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,12 @@ class OperatorConfig:
     max_steps_per_subtask: int = 400  # step budget of one subtask, all attempts together
     ik_iters: int = 30  # IK iterations per policy step (warm-started from the last solution)
     seed: int = 0  # the operator's own randomness, combined with each demo's seed
+    failure_probability: float = 0.0  # chance that an episode gets one spoiled subtask
+    failure_modes: tuple[str, ...] = FAILURE_MODES  # injected failures, drawn uniformly
+    stop_early_steps: tuple[int, int] = (5, 40)  # stop_early: steps done before quitting [policy steps]
+    idle_steps: tuple[int, int] = (10, 40)  # after a spoiled subtask the hand idles this long [policy steps]
+    drift_std: float = 0.004  # drift: per-step std of a horizontal random walk added to set-points [m]
+    miss_offset: tuple[float, float] = (0.03, 0.06)  # miss: horizontal offset of every set-point [m]
 
     def __post_init__(self) -> None:
         if self.noise_std < 0:
@@ -77,6 +95,48 @@ class OperatorConfig:
         for name in ("yaw_rate", "max_attempts", "max_steps_per_subtask", "ik_iters"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"OperatorConfig.{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.failure_probability <= 1:
+            raise ValueError(
+                f"OperatorConfig.failure_probability must be in [0, 1], got {self.failure_probability}"
+            )
+        unknown = [m for m in self.failure_modes if m not in FAILURE_MODES]
+        if unknown or not self.failure_modes:
+            raise ValueError(
+                f"OperatorConfig.failure_modes {self.failure_modes} must be a non-empty subset of "
+                f"{FAILURE_MODES}"
+            )
+        for name in ("stop_early_steps", "idle_steps", "miss_offset"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"OperatorConfig.{name} must satisfy 0 <= min <= max, got {(lo, hi)}")
+        if self.drift_std < 0:
+            raise ValueError(f"OperatorConfig.drift_std must be >= 0, got {self.drift_std}")
+
+
+@dataclass(frozen=True)
+class InjectedFailure:
+    """How one subtask of an episode is spoiled, drawn before the episode starts."""
+
+    mode: str  # one of FAILURE_MODES
+    subtask_index: int  # index in the episode's source composition
+    stop_after: int  # stop_early: policy steps performed before quitting
+    offset: tuple[float, float]  # miss: horizontal set-point offset [m]
+    idle: int  # policy steps the hand idles after the spoiled attempt
+
+    @classmethod
+    def draw(cls, config: OperatorConfig, rng: np.random.Generator, indices: range) -> InjectedFailure | None:
+        """None with probability 1 - failure_probability, else a failure of a subtask in `indices`."""
+        if rng.random() >= config.failure_probability:
+            return None
+        mode = str(rng.choice(config.failure_modes))
+        angle, radius = rng.uniform(0, 2 * math.pi), rng.uniform(*config.miss_offset)
+        return cls(
+            mode=mode,
+            subtask_index=int(rng.choice(indices)),
+            stop_after=int(rng.integers(config.stop_early_steps[0], config.stop_early_steps[1] + 1)),
+            offset=(radius * math.cos(angle), radius * math.sin(angle)),
+            idle=int(rng.integers(config.idle_steps[0], config.idle_steps[1] + 1)),
+        )
 
 
 class _Recorder:
@@ -141,6 +201,9 @@ class _Hand:
         self._home_azimuth = math.atan2(home_pos[1], home_pos[0])
         self.recorder: _Recorder | None = None
         self.steps = 0
+        self.bias = np.zeros(3)  # offset added to every set-point (injected miss / drift) [m]
+        self.drift_std = 0.0  # per-step std of the random walk of `bias` in x and y [m]
+        self.grip = 1.0  # last gripper command
         self.sync()
 
     def sync(self) -> None:
@@ -155,7 +218,10 @@ class _Hand:
         return wrap_angle(self._home_yaw + math.atan2(pos[1], pos[0]) - self._home_azimuth)
 
     def _act(self, grip: float) -> None:
-        noisy = self.setpoint + self.rng.normal(0.0, self.config.noise_std, 3)
+        if self.drift_std > 0:
+            self.bias[:2] += self.rng.normal(0.0, self.drift_std, 2)
+        noisy = self.setpoint + self.bias + self.rng.normal(0.0, self.config.noise_std, 3)
+        self.grip = grip
         self.q_cmd = self.ik.solve(noisy, top_down_rotation(self.yaw), self.q_cmd).q
         if self.recorder is not None:
             self.recorder.observe()
@@ -217,6 +283,11 @@ class _Hand:
                 return
             self._act(wp.grip)
 
+    def idle(self, steps: int) -> None:
+        """Hold the current set-point and grip (a stalled policy), recording as usual."""
+        for _ in range(steps):
+            self._act(self.grip)
+
 
 class ScriptedOperator:
     """Produces subtask and whole-task demonstrations from skill scripts; see the module docstring."""
@@ -224,10 +295,10 @@ class ScriptedOperator:
     def __init__(self, config: OperatorConfig | None = None):
         self.config = config or OperatorConfig()
 
-    def _context(self, scene: SimScene, hand: _Hand, composition: Composition, index: int) -> ScriptContext:
+    def _context(self, scene: SimScene, hand: _Hand, subtask: Subtask) -> ScriptContext:
         g = scene.arm.gripper
         return ScriptContext(
-            subtask=composition.subtasks[index],
+            subtask=subtask,
             state=scene.privileged_state,
             rng=hand.rng,
             natural_yaw=hand.natural_yaw,
@@ -253,7 +324,7 @@ class ScriptedOperator:
             if attempts > 1:  # back off and open the hand before trying again, as a person would
                 up = scene.ee_pose()[0] + np.array([0.0, 0.0, cfg.back_off])
                 hand.move(Waypoint(up, hand.yaw, 1.0), budget)
-            for wp in skill.script(self._context(scene, hand, composition, index)):
+            for wp in skill.script(self._context(scene, hand, composition.subtasks[index])):
                 hand.go(wp, budget)
                 if hand.steps >= budget:
                     break
@@ -261,10 +332,40 @@ class ScriptedOperator:
                 return attempts, True
         return attempts, False
 
+    def _spoil_subtask(
+        self, scene: SimScene, hand: _Hand, subtask: Subtask, failure: InjectedFailure
+    ) -> tuple[int, bool, str]:
+        """One attempt at `subtask`, spoiled as `failure` says; returns (1, success, mode used).
+
+        "wrong_object" acts on another present object of the same kind; where there is none (the
+        drawer) it becomes "miss"."""
+        mode, budget = failure.mode, hand.steps + self.config.max_steps_per_subtask
+        if mode == "wrong_object":
+            other = _other_object(scene, subtask)
+            mode = "miss" if other is None else mode
+            subtask = subtask if other is None else dataclasses.replace(subtask, object=other)
+        if mode == "stop_early":
+            budget = hand.steps + failure.stop_after
+        elif mode == "miss":
+            hand.bias[:2] = failure.offset
+        elif mode == "drift":
+            hand.drift_std = self.config.drift_std
+        for wp in get_skill(subtask.skill).script(self._context(scene, hand, subtask)):
+            hand.go(wp, budget)
+            if hand.steps >= budget:
+                break
+        hand.idle(failure.idle)
+        hand.bias[:], hand.drift_std = 0.0, 0.0
+        return 1, scene.subtask_success(scene.active_subtask), mode
+
     def _start(self, scene: SimScene, composition: Composition, seed: int, index: int) -> _Hand:
         scene.reset(composition, seed)
         rng = np.random.default_rng([self.config.seed, seed, index + 1])  # index -1: whole task
         return _Hand(scene, self.config, rng)
+
+    def _draw_failure(self, seed: int, index: int, indices: range) -> InjectedFailure | None:
+        rng = np.random.default_rng([self.config.seed, seed, index + 1, FAILURE_STREAM])
+        return InjectedFailure.draw(self.config, rng, indices)
 
     def _metadata(self, scene: SimScene, composition: Composition, **extra) -> dict:
         region = scene.initial_state.region if scene.initial_state else "unknown"
@@ -284,6 +385,7 @@ class ScriptedOperator:
         """
         subtask = composition.subtasks[index]
         hand = self._start(scene, composition, seed, index)
+        failure = self._draw_failure(seed, index, range(index, index + 1))
         prerequisites_ok = True
         for i in range(index):
             scene.start_subtask(i)
@@ -293,7 +395,11 @@ class ScriptedOperator:
         hand.recorder = recorder = _Recorder(scene)
         recorder.progress_of = lambda: scene.subtask_progress(index)
         first_step = hand.steps
-        attempts, _ = self._perform_subtask(scene, hand, composition, index)
+        if failure is None:
+            attempts, _ = self._perform_subtask(scene, hand, composition, index)
+        else:
+            attempts, _, mode = self._spoil_subtask(scene, hand, subtask, failure)
+            failure = dataclasses.replace(failure, mode=mode)
         recorder.final()
         success = scene.subtask_success(index)
         one = Composition(
@@ -309,19 +415,25 @@ class ScriptedOperator:
             attempts=[attempts],
             prerequisites_ok=prerequisites_ok,
             steps=hand.steps - first_step,
+            injected_failure=_failure_meta(failure),
         )
         return recorder.episode(one, seed, success, meta)
 
     def demo_composition(self, scene: SimScene, composition: Composition, seed: int) -> Episode:
         """A demo of the whole task (for end-to-end baselines); stops at the first failed subtask."""
         hand = self._start(scene, composition, seed, -1)
+        failure = self._draw_failure(seed, -1, range(len(composition.subtasks)))
         hand.recorder = recorder = _Recorder(scene)
         attempts, completed = [], 0
         for i in range(len(composition.subtasks)):
             scene.start_subtask(i)
             recorder.label = i
             recorder.progress_of = lambda i=i: scene.subtask_progress(i)
-            tries, ok = self._perform_subtask(scene, hand, composition, i)
+            if failure is not None and failure.subtask_index == i:
+                tries, ok, mode = self._spoil_subtask(scene, hand, composition.subtasks[i], failure)
+                failure = dataclasses.replace(failure, mode=mode)
+            else:
+                tries, ok = self._perform_subtask(scene, hand, composition, i)
             attempts.append(tries)
             if not ok:
                 break
@@ -329,9 +441,31 @@ class ScriptedOperator:
         recorder.final()
         success = completed == len(composition.subtasks)
         meta = self._metadata(
-            scene, composition, attempts=attempts, completed_subtasks=completed, steps=hand.steps
+            scene,
+            composition,
+            attempts=attempts,
+            completed_subtasks=completed,
+            steps=hand.steps,
+            injected_failure=_failure_meta(failure),
         )
         return recorder.episode(composition, seed, success, meta)
+
+
+def _other_object(scene: SimScene, subtask: Subtask) -> str | None:
+    """Another present object of the same kind as the subtask's (a cube or a button), if any."""
+    state = scene.privileged_state()
+    if subtask.object in CUBES:
+        others = [c for c in CUBES if c != subtask.object and state["objects"][c]["present"]]
+    else:
+        others = [b for b in BUTTONS if b != subtask.object]
+    return others[0] if others else None
+
+
+def _failure_meta(failure: InjectedFailure | None) -> dict | None:
+    """The failure plan as episode metadata (JSON): what was injected where."""
+    if failure is None:
+        return None
+    return {**dataclasses.asdict(failure), "offset": list(failure.offset)}
 
 
 def measure_skill_success(

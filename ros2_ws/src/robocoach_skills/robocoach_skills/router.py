@@ -63,7 +63,9 @@ class CompletionDetector(ABC):
     def update(self, obs: dict, done_prob: float) -> bool: ...
 
 
-DETECTORS: dict[str, Callable[[RouterConfig], CompletionDetector]] = {}  # name -> factory(config)
+# name -> factory(config, **detector_args); detectors needing more than the config (a loaded judge)
+# take it as keyword arguments, passed through Router(detector_args=...).
+DETECTORS: dict[str, Callable[..., CompletionDetector]] = {}
 
 
 def register_detector(name: str):
@@ -138,10 +140,12 @@ class TrialResult:
 
 
 class Router:
-    def __init__(self, policy: SkillPolicy, config: RouterConfig | None = None) -> None:
+    def __init__(
+        self, policy: SkillPolicy, config: RouterConfig | None = None, detector_args: dict | None = None
+    ) -> None:
         self.policy = policy
         self.config = config or RouterConfig()
-        self.detector = DETECTORS[self.config.detector](self.config)
+        self.detector = DETECTORS[self.config.detector](self.config, **(detector_args or {}))
 
     def route(self, composition: Composition) -> list[tuple[Subtask, str]]:
         """(subtask, expert skill) per step of the composition; unknown skills are a clear error."""

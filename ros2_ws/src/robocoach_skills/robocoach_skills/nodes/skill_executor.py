@@ -124,6 +124,8 @@ class SkillExecutor(Node):
         self.watchdog_s = declare("watchdog_s", 0.5).value  # hold if no command went out for this long [s]
         n_action_steps = declare("n_action_steps", 1).value  # chunk steps executed per inference
         deadline_steps = declare("deadline_steps", 150).value  # where no deadline was calibrated [steps]
+        detector = declare("detector", "done_head").value  # done_head, or judge: imagination's rule
+        judge_dir = declare("judge_dir", "").value  # the progress judge (with detector judge)
         torch.set_num_threads(declare("torch_threads", 1).value)  # 1 is fastest beside the sim on 2 cores
         if not experts_dir:
             raise ValueError("parameter experts_dir is required (a directory written by bootstrap training)")
@@ -135,8 +137,16 @@ class SkillExecutor(Node):
         self.policy = LockedPolicy(
             self._model_lock, self.library, versions, ChunkExecutionConfig(n_action_steps)
         )
+        detector_args = {}
+        if detector == "judge":  # the offboard package's judge, run here so switching costs no round trip
+            from robocoach_world.judge.detector import judge_detector_args
+
+            detector_args, judged = judge_detector_args(Path(judge_dir), robot)
+            deadlines = judged.per_skill(robot, self.library.skills)
         self.router = Router(
-            self.policy, RouterConfig(deadline_steps=deadline_steps, skill_deadline_steps=deadlines)
+            self.policy,
+            RouterConfig(detector=detector, deadline_steps=deadline_steps, skill_deadline_steps=deadlines),
+            detector_args,
         )
         self._sensor = threading.Condition()
         self._image: np.ndarray | None = None

@@ -105,7 +105,7 @@ class Coach:
         elif step.action == Action.COLLECT:
             self._collect(step.requests)
         elif step.action == Action.IMPROVE:
-            self._improve(step.skills)
+            self._improve()
         return step.action
 
     def _diagnosis(self) -> Diagnosis:
@@ -150,11 +150,14 @@ class Coach:
                     current.request_id, answer.rejection or "the station recorded nothing"
                 )
 
-    def _improve(self, skills: Sequence[str]) -> None:
-        demos = {s: ids for s, ids in self.state.demos_by_skill().items() if s in skills}
+    def _improve(self) -> None:
+        # Every skill of the round, also those improved before a restart: improve_experts reloads a
+        # version published this round instead of training again, and pushing it again reaches a node
+        # that a coach killed mid-push never told (a node may already run it; loading it twice is harmless).
         updates = improve_experts(
-            self.library, self.registry, self.store, demos, self.state.round, self.config.improve
-        )
+            self.library, self.registry, self.store, self.state.demos_by_skill(), self.state.round,
+            self.config.improve,
+        )  # fmt: skip
         for update in updates:
             self.state.record_adapter(update.skill, update.version)
             log.info(

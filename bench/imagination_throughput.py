@@ -1,0 +1,100 @@
+"""Imagined vs simulated policy steps per second, same experts and initial states, in one run.
+
+Simulation: the router drives the experts on the MuJoCo scene with 64x64 rendering (what a deployed
+evaluation costs). Imagination: the same experts inside CoachWorld with the progress judge, batch 1
+and 64 trials (x world seeds). Default-sized models from their configs (or checkpoints with
+--world-dir/--judge-dir): throughput does not depend on the weights, only on the architecture.
+A step is one policy step of one trial, all world-model seeds of that trial included.
+
+    source env.sh && python bench/imagination_throughput.py                  # 1 thread, 60 steps
+    python bench/imagination_throughput.py --threads 2 --world-seeds 1
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import tyro
+
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.evaluation import evaluation_seeds
+from robocoach_skills.experts import ExpertConfig, ExpertLibrary
+from robocoach_skills.router import Router, RouterConfig
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skill_policy import LibraryPolicy
+from robocoach_skills.tasks import get_composition
+from robocoach_world.imagine import ImaginationConfig, imagine_composition
+from robocoach_world.judge.checkpoint import load_judge
+from robocoach_world.judge.model import JudgeConfig, ProgressJudge
+from robocoach_world.judge.verdict import Deadlines
+from robocoach_world.world.artifacts import load_world
+from robocoach_world.world.model import CoachWorld, WorldConfig
+
+
+@dataclass
+class Args:
+    robot: str = "franka"
+    task: str = "pick_place_bin"
+    steps: int = 60  # policy steps per measurement (deadlines are set so no trial ends earlier)
+    world_seeds: int = 3  # world-model noise samples per imagined trial
+    threads: int = 1  # torch intra-op threads
+    world_dir: Path | None = None  # a trained CoachWorld checkpoint (default: WorldConfig())
+    judge_dir: Path | None = None  # a trained judge directory (default: JudgeConfig())
+
+
+def simulated_steps_per_s(library: ExpertLibrary, args: Args) -> float:
+    composition = get_composition(args.robot, args.task)
+    scene = SimScene(SceneConfig(robot=args.robot))
+    # the done head never fires on untrained experts: every trial runs to its first deadline
+    router = Router(LibraryPolicy(library), RouterConfig(deadline_steps=args.steps, done_threshold=1.0))
+    start = time.perf_counter()
+    trial = router.run(scene, composition, evaluation_seeds(1)[0])
+    seconds = time.perf_counter() - start
+    scene.close()
+    return trial.steps / seconds
+
+
+def imagined_steps_per_s(world, judge, library, batch: int, args: Args) -> float:
+    composition = get_composition(args.robot, args.task)
+    scene = SimScene(SceneConfig(robot=args.robot))
+    observations = [scene.reset(composition, seed) for seed in evaluation_seeds(4)]
+    scene.close()
+    images = np.stack([o[OBS_IMAGE] for o in observations])
+    proprio = np.stack([o[OBS_PROPRIO] for o in observations])
+    deadlines = Deadlines({args.robot: {s.skill: args.steps for s in composition.subtasks}})
+    config = ImaginationConfig(
+        num_rollouts=batch, num_world_seeds=args.world_seeds, agreement=1, horizon=args.steps
+    )
+    start = time.perf_counter()
+    trials = imagine_composition(world, judge, library, deadlines, composition, images, proprio, config)
+    seconds = time.perf_counter() - start
+    return sum(max(s.steps for s in t.seeds) for t in trials) / seconds
+
+
+def main(args: Args) -> None:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    world = load_world(args.world_dir, "cpu")[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
+    judge = load_judge(args.judge_dir, "cpu")[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
+    skills = sorted({s.skill for s in get_composition(args.robot, args.task).subtasks})
+    library = ExpertLibrary(ExpertConfig(), skills=skills)
+    print(
+        f"{args.robot} {args.task}, {args.steps} policy steps, {args.world_seeds} world seeds per imagined "
+        f"trial, {args.threads} torch thread(s)"
+    )
+    simulated = simulated_steps_per_s(library, args)
+    print(f"  simulated (MuJoCo + 64x64 rendering), 1 trial: {simulated:8.1f} steps/s")
+    for batch in (1, 64):
+        imagined = imagined_steps_per_s(world, judge, library, batch, args)
+        print(
+            f"  imagined, batch {batch:2d} trials:                {imagined:8.1f} steps/s  "
+            f"({imagined / simulated:5.2f}x simulation)"
+        )
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,180 @@
+"""Stage 5 of the main job: deployed and imagined success at every budget checkpoint, and their agreement.
+
+A checkpoint is the experts' adapter versions before coaching and after each round (from the coach's
+history). At each, every training and held-out composition is (a) deployed on the simulator from the
+fixed evaluation seeds and scored by its ground truth, and (b) imagined in CoachWorld from the real
+initial observations of the same seeds and scored by the judge. Deployed trials switch subtasks with
+the judge (the executor's rule), so imagination and deployment differ only in where frames come from.
+The arms run in parallel processes (the simulator's rendering is the cost).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robocoach_bringup.graph import RunPaths
+from robocoach_bringup.stages.ridi_rounds import coach_state_dir, coached_experts_dir
+from robocoach_skills.bootstrap import load_experts
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.evaluation import evaluate, evaluation_seeds
+from robocoach_skills.measures import budget_auc, wilson_interval
+from robocoach_skills.router import Router, RouterConfig
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skill_policy import LibraryPolicy
+from robocoach_skills.tasks import held_out_compositions, training_compositions
+from robocoach_world.coach.plots import plot_imagined_vs_deployed, plot_success_per_round
+from robocoach_world.coach.state import CoachState
+from robocoach_world.imagine import ImaginationConfig, imagine_composition
+from robocoach_world.judge.detector import judge_detector_args
+from robocoach_world.nodes.coach import STATE_FILE
+from robocoach_world.world.artifacts import load_world
+
+TORCH_THREADS = 1
+
+
+def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, dict[str, int]]]:
+    """(demos spent, adapter versions) before coaching (version 0: bootstrap) and after every round."""
+    state = CoachState.load(coach_state_dir(output, robot) / STATE_FILE)
+    versions, spent = dict.fromkeys(skills, 0), 0
+    points = [(spent, dict(versions))]
+    for entry in state.history:
+        spent += sum(len(r["episode_ids"]) for r in entry["requests"])
+        versions = {**versions, **entry["improved"]}
+        points.append((spent, dict(versions)))
+    return points
+
+
+def evaluate_arm(output: Path, robot: str, rollouts: int, imagined_rollouts: int) -> dict:
+    """Deployed and imagined success of every composition at every checkpoint of one arm."""
+    torch.set_num_threads(TORCH_THREADS)
+    library, registry, _, _ = load_experts(coached_experts_dir(output, robot))
+    detector_args, deadlines = judge_detector_args(RunPaths(output).judge, robot)
+    judge, verdict = detector_args["judge"], detector_args["verdict"]
+    world, _ = load_world(RunPaths(output).world, "cpu")
+    scene = SimScene(SceneConfig(robot=robot))
+    seeds = evaluation_seeds(rollouts)
+    compositions = training_compositions(robot) + held_out_compositions(robot)
+    rows = []
+    for budget, versions in checkpoints(output, robot, registry.skills()):
+        for skill, version in versions.items():
+            registry.activate(library, skill, version)
+        policy = LibraryPolicy(library, versions)
+        router = Router(
+            policy,
+            RouterConfig(detector="judge", skill_deadline_steps=deadlines.per_skill(robot, library.skills)),
+            detector_args,
+        )
+        for composition in compositions:
+            deployed = evaluate(router, scene, composition, seeds)
+            observations = [scene.reset(composition, seed) for seed in seeds]
+            images = np.stack([o[OBS_IMAGE] for o in observations])
+            proprio = np.stack([o[OBS_PROPRIO] for o in observations])
+            trials = imagine_composition(
+                world, judge, library, deadlines, composition, images, proprio,
+                ImaginationConfig(num_rollouts=imagined_rollouts), versions=versions, initial_seeds=seeds,
+                verdict=verdict,
+            )  # fmt: skip
+            valid = [t.record for t in trials if t.record.valid]
+            first_deployed = [t.ground_truth["first_failed"] for t in deployed.trials]
+            rows.append(
+                {
+                    "robot": robot,
+                    "budget": budget,
+                    "composition": composition.name,
+                    "held_out": composition.held_out,
+                    "deployed_success": deployed.success_rate,
+                    "deployed_trials": len(deployed.trials),
+                    "deployed_first_failed": first_deployed,
+                    "imagined_success": (sum(r.success for r in valid) / len(valid)) if valid else None,
+                    "imagined_valid": len(valid),
+                    "imagined_trials": len(trials),
+                    "imagined_first_failed": [r.first_failed_index for r in valid],
+                }
+            )
+    scene.close()
+    return {"robot": robot, "seeds": seeds, "rows": rows}
+
+
+def run(config, results: dict) -> dict:
+    profile = config.profile
+    with ProcessPoolExecutor(max_workers=len(config.robots)) as pool:
+        futures = [
+            pool.submit(evaluate_arm, config.output, robot, profile.eval_rollouts, profile.imagined_rollouts)
+            for robot in config.robots
+        ]
+        arms = [f.result() for f in futures]
+    rows = [row for arm in arms for row in arm["rows"]]
+    summary = _summarize(rows)
+    plots = _plots(rows, config.output)
+    return {
+        "rows": rows,
+        "seeds": arms[0]["seeds"] if arms else [],
+        **summary,
+        "plots": plots["files"],
+        "markdown": _markdown(rows, summary, plots),
+    }
+
+
+def _summarize(rows: list[dict]) -> dict:
+    """Per arm: success per budget checkpoint (training, held-out), Budget AUC; fidelity over all pairs."""
+    per_arm = {}
+    for robot in sorted({r["robot"] for r in rows}):
+        mine = [r for r in rows if r["robot"] == robot]
+        budgets = sorted({r["budget"] for r in mine})
+        train = [
+            float(np.mean([r["deployed_success"] for r in mine if r["budget"] == b and not r["held_out"]]))
+            for b in budgets
+        ]
+        held = [
+            float(np.mean([r["deployed_success"] for r in mine if r["budget"] == b and r["held_out"]]))
+            for b in budgets
+        ]
+        n = sum(r["deployed_trials"] for r in mine if r["budget"] == budgets[-1] and not r["held_out"])
+        per_arm[robot] = {
+            "budgets": budgets,
+            "training_success": train,
+            "held_out_success": held,
+            "final_interval": wilson_interval(round(train[-1] * n), n) if n else None,
+            "budget_auc": budget_auc(train) if len(train) == 4 else None,
+            "demos_used": budgets[-1],
+        }
+    return {"per_arm": per_arm}
+
+
+def _plots(rows: list[dict], output: Path) -> dict:
+    files, fidelity = [], None
+    for robot in sorted({r["robot"] for r in rows}):
+        per_comp: dict[str, list[float]] = {}
+        for r in sorted((r for r in rows if r["robot"] == robot), key=lambda r: r["budget"]):
+            per_comp.setdefault(r["composition"], []).append(r["deployed_success"])
+        files.append(plot_success_per_round(per_comp, output / f"success_{robot}.png").name)
+    pairs = [r for r in rows if r["imagined_success"] is not None]
+    key = lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}"  # noqa: E731
+    if len(pairs) >= 3:
+        fidelity = plot_imagined_vs_deployed(
+            {key(r): r["imagined_success"] for r in pairs},
+            {key(r): r["deployed_success"] for r in pairs},
+            output / "imagined_vs_deployed.png",
+        )
+        files.append(Path(fidelity["path"]).name)
+    return {"files": files, "fidelity": fidelity}
+
+
+def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
+    lines = ["| robot | demos | training success | held-out success |", "|---|---|---|---|"]
+    for robot, arm in summary["per_arm"].items():
+        for b, s, h in zip(arm["budgets"], arm["training_success"], arm["held_out_success"], strict=True):
+            lines.append(f"| {robot} | {b} | {s:.0%} | {h:.0%} |")
+    fidelity = plots["fidelity"]
+    if fidelity:
+        lines += [
+            "",
+            f"Imagined vs deployed over {fidelity['pairs']} (composition, checkpoint) pairs: Spearman "
+            f"{fidelity['spearman']:.3f}, Pearson {fidelity['pearson']:.3f}, MMRV {fidelity['mmrv']:.3f}.",
+        ]
+    lines += ["", " ".join(f"![{f}]({f})" for f in plots["files"])]
+    return "\n".join(lines)

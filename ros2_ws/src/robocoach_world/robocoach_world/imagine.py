@@ -1,0 +1,278 @@
+"""Imagine: experts act on CoachWorld's frames, CoachWorld answers, the judge diagnoses; all batched.
+
+For one composition, every trial starts from a real initial observation (camera frame + joint
+positions) and is rolled out `num_world_seeds` times with different world-model noise. Each row of
+the batch is one (trial, world seed): the router's rule runs per row (the active subtask's expert
+acts; the judge's done rule switches to the next subtask; a subtask that outlives its deadline fails
+the row), and the model answers every row at once. A trial's diagnosis is the first failed subtask
+that at least `agreement` of its seeds report; where no such majority exists the trial is invalid
+and the coach does not count it.
+
+    trials = imagine_composition(world, judge, library, deadlines, composition, images, proprio,
+                                 ImaginationConfig(num_rollouts=64))
+    records = [t.record for t in trials]      # TrialRecords for the coach
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robocoach_skills import action_contract
+from robocoach_skills.composition import Composition
+from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.experts.model import ChunkPolicy
+from robocoach_world.judge.model import ProgressJudge
+from robocoach_world.judge.verdict import NEVER, BatchedJudge, Deadlines, DoneRule, VerdictConfig
+from robocoach_world.records import SOURCE_IMAGINED, TrialRecord
+from robocoach_world.world.model import CoachWorld
+
+
+@dataclass(frozen=True)
+class ImaginationConfig:
+    num_rollouts: int = 64  # imagined trials, spread round-robin over the initial observations
+    num_world_seeds: int = 3  # world-model noise samples per trial
+    agreement: int = 2  # seeds that must report the same first failure for a trial to count
+    horizon: int = 400  # most policy steps a trial may take, all subtasks together
+    n_action_steps: int = 1  # actions executed from each expert chunk before the expert is asked again
+    seed: int = 0  # seeds the world-model noise
+    keep_frames: bool = False  # keep the imagined frames of one seed per trial (clips, the Imagine result)
+
+    def __post_init__(self) -> None:
+        if self.num_rollouts < 1 or self.num_world_seeds < 1 or self.horizon < 1 or self.n_action_steps < 1:
+            raise ValueError(f"ImaginationConfig sizes must be >= 1: {self}")
+        if not 1 <= self.agreement <= self.num_world_seeds:
+            raise ValueError(
+                f"agreement must be in 1..num_world_seeds={self.num_world_seeds}, got {self.agreement}"
+            )
+
+
+@dataclass
+class SeedOutcome:
+    """One (trial, world seed) row after imagination, judged the way recorded video is."""
+
+    first_failed: int  # -1 when every subtask was judged done in time
+    progress: list[float]  # per subtask: judged progress when it ended
+    switch_times: list[float]  # per subtask: judged done time [s], NEVER if not
+    steps: int  # policy steps the row ran
+
+
+@dataclass
+class ImaginedTrial:
+    record: TrialRecord
+    seeds: list[SeedOutcome]  # one per world seed
+    confidence: float  # fraction of seeds agreeing with the diagnosis
+    frames: np.ndarray | None = None  # (T, H, W, 3) uint8 of the first agreeing seed, with keep_frames
+    trace: np.ndarray | None = None  # (T,) judged progress of that seed's active subtask, with keep_frames
+
+
+class _Rows:
+    """Per-row bookkeeping of the router's rule for a batch of imagined rollouts."""
+
+    def __init__(self, composition: Composition, n_rows: int, deadlines: Deadlines) -> None:
+        subtasks = composition.subtasks
+        self.n_subtasks = len(subtasks)
+        self.deadline = np.array([deadlines.of(composition.robot, s.skill) for s in subtasks])
+        self.index = np.zeros(n_rows, dtype=np.int64)  # active subtask per row
+        self.start = np.zeros(n_rows, dtype=np.int64)  # step at which it started
+        self.failed = np.full(n_rows, -1, dtype=np.int64)  # subtask that missed its deadline
+        self.progress = np.zeros((n_rows, self.n_subtasks), dtype=np.float32)
+        self.switch = np.full((n_rows, self.n_subtasks), NEVER, dtype=np.float32)
+        self.steps = np.zeros(n_rows, dtype=np.int64)
+
+    @property
+    def running(self) -> np.ndarray:
+        return (self.index < self.n_subtasks) & (self.failed < 0)
+
+    def outcome(self, row: int) -> SeedOutcome:
+        failed = int(self.failed[row]) if self.failed[row] >= 0 else int(self.index[row])
+        first_failed = -1 if failed >= self.n_subtasks else failed
+        return SeedOutcome(
+            first_failed, self.progress[row].tolist(), self.switch[row].tolist(), int(self.steps[row])
+        )
+
+
+@torch.no_grad()
+def imagine_composition(
+    world: CoachWorld,
+    judge: ProgressJudge,
+    library: ChunkPolicy,
+    deadlines: Deadlines,
+    composition: Composition,
+    initial_images: np.ndarray,
+    initial_proprio: np.ndarray,
+    config: ImaginationConfig,
+    versions: Mapping[str, int] | None = None,
+    initial_seeds: list[int] | None = None,
+    verdict: VerdictConfig | None = None,
+    fps: float = 10.0,
+    on_step: Callable[[int, int, torch.Tensor], None] | None = None,
+) -> list[ImaginedTrial]:
+    """Imagine `config.num_rollouts` trials of `composition` from real initial observations.
+
+    initial_images (N, H, W, 3) uint8 and initial_proprio (N, native_dim) are one real observation
+    per initial state (its seed in `initial_seeds`, for the records). `on_step(step, finished_trials,
+    frames)` sees every imagined step, frames (B, H, W, 3) uint8 row-major (row = trial * seeds + seed),
+    to report progress or show frames; it may raise to cancel.
+    """
+    robot, subtasks = composition.robot, composition.subtasks
+    missing = [s.skill for s in subtasks if s.skill not in library.skills]
+    if missing:
+        raise ValueError(
+            f"no expert for {missing} in {composition.name!r}; experts: {', '.join(library.skills)}"
+        )
+    n_states = len(initial_images)
+    if n_states == 0 or len(initial_proprio) != n_states:
+        raise ValueError(
+            f"need matching initial images and proprio, got {n_states} and {len(initial_proprio)}"
+        )
+    seeds_of_states = list(initial_seeds) if initial_seeds is not None else list(range(n_states))
+    n_trials, n_seeds = config.num_rollouts, config.num_world_seeds
+    n_rows = n_trials * n_seeds
+    state_of_row = np.repeat(np.arange(n_trials) % n_states, n_seeds)  # row = trial * n_seeds + seed
+    device = world.device
+    rid = action_contract.robot_id(robot)
+    robot_ids = torch.full((n_rows,), rid, dtype=torch.long, device=device)
+
+    images = torch.as_tensor(initial_images[state_of_row], device=device)  # (B, H, W, 3) uint8
+    padded = action_contract.pad(robot, np.asarray(initial_proprio, dtype=np.float32))
+    proprio = torch.as_tensor(padded[state_of_row], device=device)  # (B, 8)
+    world_state = world.observe(images[:, None], proprio[:, None], robot_ids)
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+
+    rows = _Rows(composition, n_rows, deadlines)
+    online = BatchedJudge(judge, n_rows)
+    online.reset_rows(range(n_rows), [subtasks[0]] * n_rows, robot)
+    rule = DoneRule(verdict or VerdictConfig(), n_rows)
+    queue = torch.zeros((n_rows, config.n_action_steps, action_contract.ACTION_DIM), device=device)
+    queued = np.zeros(n_rows, dtype=np.int64)  # actions left in each row's queue
+    arguments = torch.tensor([action_contract.argument_ids(s) for s in subtasks], device=device)
+    kept = _FrameKeeper(n_trials, n_seeds, config.keep_frames)
+
+    for step in range(config.horizon):
+        running = rows.running
+        if not running.any():
+            break
+        _refill(library, queue, queued, rows, running, images, proprio, robot_ids, arguments, subtasks)
+        position = np.minimum(config.n_action_steps - queued, config.n_action_steps - 1)  # next queued action
+        actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
+        queued -= running  # finished rows keep stepping (batching), their outputs are ignored
+        world_state, frames, proprio_k = world.imagine(world_state, actions[:, None], robot_ids, generator)
+        images, proprio = frames[:, 0], proprio_k[:, 0]
+        kept.add(images, running)
+        progress = online.update(images)  # like the router's detector: frames after each action only
+        done = rule.update(online.done) & running
+        rows.steps[running] += 1
+        active = np.nonzero(running)[0]
+        rows.progress[active, rows.index[active]] = progress[active]
+        kept.trace(progress, running)
+        for row in np.nonzero(done)[0]:
+            i = rows.index[row]
+            rows.switch[row, i] = (step + 1) / fps
+            rows.index[row], rows.start[row], queued[row] = i + 1, step + 1, 0
+            if i + 1 < rows.n_subtasks:
+                online.reset_rows([row], [subtasks[i + 1]], robot)
+                rule.reset_rows([row])
+        late = rows.running & (
+            step + 1 - rows.start >= rows.deadline[np.minimum(rows.index, rows.n_subtasks - 1)]
+        )
+        rows.failed[late] = rows.index[late]
+        if on_step is not None:
+            finished = int((~rows.running.reshape(n_trials, n_seeds)).all(axis=1).sum())
+            on_step(step + 1, finished, images)
+
+    skills = tuple(s.skill for s in subtasks)
+    version_of = tuple(int((versions or {}).get(s, 0)) for s in skills)
+    trials = []
+    for trial in range(n_trials):
+        outcomes = [rows.outcome(trial * n_seeds + s) for s in range(n_seeds)]
+        first_failed, count = majority([o.first_failed for o in outcomes])
+        state = int(state_of_row[trial * n_seeds])
+        record = TrialRecord(
+            composition.name,
+            robot,
+            skills,
+            version_of,
+            first_failed,
+            initial_state_id=state,
+            seed=int(seeds_of_states[state]),
+            source=SOURCE_IMAGINED,
+            valid=count >= config.agreement,
+        )
+        agreeing = next(s for s, o in enumerate(outcomes) if o.first_failed == first_failed)
+        frames, trace = kept.get(trial, agreeing)
+        trials.append(ImaginedTrial(record, outcomes, count / n_seeds, frames, trace))
+    return trials
+
+
+def majority(first_failures: list[int]) -> tuple[int, int]:
+    """(most reported first failed subtask, how many seeds reported it); ties go to the earliest failure.
+
+    >>> majority([1, 1, -1])
+    (1, 2)
+    >>> majority([0, 1, -1])
+    (0, 1)
+    """
+    votes = Counter(first_failures)
+    best = max(votes.values())
+    tied = [f for f, n in votes.items() if n == best]
+    failures = [f for f in tied if f >= 0]
+    return (min(failures) if failures else -1), best
+
+
+def _refill(
+    library: ChunkPolicy,
+    queue: torch.Tensor,
+    queued: np.ndarray,
+    rows: _Rows,
+    running: np.ndarray,
+    images: torch.Tensor,
+    proprio: torch.Tensor,
+    robot_ids: torch.Tensor,
+    arguments: torch.Tensor,
+    subtasks,
+) -> None:
+    """Ask each running row's active expert for a new chunk where the row's queue is empty."""
+    need = running & (queued == 0)
+    for index in np.unique(rows.index[need]):
+        group = np.nonzero(need & (rows.index == index))[0]
+        sel = torch.as_tensor(group, device=queue.device)
+        obs = {
+            OBS_IMAGE: images[sel].permute(0, 3, 1, 2).float() / 255.0,
+            OBS_PROPRIO: proprio[sel],
+            KEY_ROBOT_ID: robot_ids[sel],
+            KEY_ARGUMENTS: arguments[index].expand(len(group), -1),
+        }
+        chunk, _ = library.select_action(obs, subtasks[index].skill)  # (G, K, 8)
+        queue[sel] = chunk[:, : queue.shape[1]].to(queue.dtype)
+        queued[group] = queue.shape[1]
+
+
+class _FrameKeeper:
+    """Frames and judged progress of every row while it runs, only when asked to keep them."""
+
+    def __init__(self, n_trials: int, n_seeds: int, enabled: bool) -> None:
+        self.n_seeds, self.enabled = n_seeds, enabled
+        self.frames: list[list[np.ndarray]] = [[] for _ in range(n_trials * n_seeds)] if enabled else []
+        self.traces: list[list[float]] = [[] for _ in range(n_trials * n_seeds)] if enabled else []
+
+    def add(self, images: torch.Tensor, running: np.ndarray) -> None:
+        if self.enabled:
+            array = images.cpu().numpy()
+            for row in np.nonzero(running)[0]:
+                self.frames[row].append(array[row])
+
+    def trace(self, progress: np.ndarray, running: np.ndarray) -> None:
+        if self.enabled:
+            for row in np.nonzero(running)[0]:
+                self.traces[row].append(float(progress[row]))
+
+    def get(self, trial: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if not self.enabled:
+            return None, None
+        row = trial * self.n_seeds + seed
+        return np.stack(self.frames[row]), np.asarray(self.traces[row], dtype=np.float32)

@@ -1,0 +1,141 @@
+"""Judge training samples: one subtask segment of one episode, all its frames with their labels.
+
+A segment is the run of frames where one subtask was active (its ground-truth `subtask_index`), as
+the judge meets it online: from the subtask's first frame on, with ground-truth progress per frame.
+Two augmentations match what online judging does to segment starts and to cameras:
+  * start jitter: the judge starts a subtask right after it detected the previous one done, which
+    may be a few frames before or after the recorded boundary; frames before the boundary belong to
+    the previous subtask and are labelled progress 0 for the new one;
+  * a random shift of the whole segment by a few pixels (one camera pose per segment).
+
+Sample: frames (L, H, W, 3) uint8, progress (L,) float32, cond (4,) long (see ProgressJudge.condition).
+The dataset holds the frames of its episodes in memory (12 KB per 64x64 frame).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from robocoach_skills.composition import Subtask
+from robocoach_skills.data.episode import Episode
+from robocoach_world.judge.model import ProgressJudge
+
+KEY_FRAMES, KEY_TARGET, KEY_COND, KEY_MASK = "frames", "progress", "cond", "mask"
+
+
+@dataclass(frozen=True)
+class SegmentConfig:
+    """How segments are cut and augmented."""
+
+    max_len: int = 200  # frames kept from a segment's start (longer failures are cut) [policy steps]
+    start_jitter: tuple[int, int] = (-8, 2)  # segment start shifted by this many frames (min, max)
+    shift_px: int = 3  # random shift of a segment's frames, up to this many pixels each way
+    augment: bool = True  # False for validation: exact starts, no shift
+
+    def __post_init__(self) -> None:
+        lo, hi = self.start_jitter
+        if self.max_len < 1 or lo > 0 or hi < 0 or self.shift_px < 0:
+            raise ValueError(
+                f"SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0; got {self}"
+            )
+
+
+@dataclass(frozen=True)
+class Segment:
+    episode: int  # index into the dataset's episodes
+    start: int  # first frame labelled with this subtask
+    end: int  # one past its last frame
+    index: int  # subtask index in the episode's composition
+    subtask: Subtask
+    robot: str
+
+
+def segments_of(episode: Episode, position: int) -> list[Segment]:
+    # (any object with `subtask_index` and `composition` will do: imagined rollouts too)
+    """The contiguous runs of each subtask index in an episode."""
+    labels = episode.subtask_index.astype(np.int64)
+    cuts = np.flatnonzero(np.diff(labels)) + 1
+    bounds = [0, *cuts.tolist(), len(labels)]
+    return [
+        Segment(
+            position,
+            a,
+            b,
+            int(labels[a]),
+            episode.composition.subtasks[int(labels[a])],
+            episode.composition.robot,
+        )
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
+class SegmentDataset(Dataset):
+    """Every subtask segment of `episodes`, as judge training samples (see the module docstring)."""
+
+    def __init__(
+        self, episodes: Sequence[Episode], judge: ProgressJudge, config: SegmentConfig, seed: int = 0
+    ):
+        self.episodes = list(episodes)
+        self.config = config
+        self.segments = [s for k, e in enumerate(self.episodes) for s in segments_of(e, k)]
+        self.conds = judge.condition(
+            [s.robot for s in self.segments], [s.subtask for s in self.segments]
+        ).cpu()
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        s, c = self.segments[i], self.config
+        episode = self.episodes[s.episode]
+        start = s.start
+        if c.augment:
+            lo, hi = c.start_jitter
+            start = int(np.clip(start + self.rng.integers(lo, hi + 1), 0, s.end - 1))
+        stop = min(s.end, start + c.max_len)
+        frames = episode.images[start:stop]  # (L, H, W, 3)
+        progress = episode.progress[start:stop].copy()  # (L,)
+        progress[: max(0, s.start - start)] = 0.0  # previous subtask's tail: the new one has not begun
+        if c.augment and c.shift_px:
+            frames = _shift(frames, self.rng.integers(-c.shift_px, c.shift_px + 1, size=2))
+        return {
+            KEY_FRAMES: torch.from_numpy(np.ascontiguousarray(frames)),
+            KEY_TARGET: torch.from_numpy(progress.astype(np.float32)),
+            KEY_COND: self.conds[i],
+        }
+
+
+def _shift(frames: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Translate (L, H, W, 3) frames by (dy, dx) pixels, repeating the edge pixels."""
+    pad = int(np.abs(offset).max())
+    if pad == 0:
+        return frames
+    h, w = frames.shape[1:3]
+    padded = np.pad(frames, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+    dy, dx = pad + int(offset[0]), pad + int(offset[1])
+    return padded[:, dy : dy + h, dx : dx + w]
+
+
+def collate_segments(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Pad segments to the longest one: frames (B, T, H, W, 3), progress (B, T), cond (B, 4), mask (B, T)."""
+    longest = max(len(s[KEY_TARGET]) for s in samples)
+    b = len(samples)
+    frames = torch.zeros((b, longest, *samples[0][KEY_FRAMES].shape[1:]), dtype=torch.uint8)
+    progress = torch.zeros(b, longest)
+    mask = torch.zeros(b, longest, dtype=torch.bool)
+    for k, s in enumerate(samples):
+        n = len(s[KEY_TARGET])
+        frames[k, :n], progress[k, :n], mask[k, :n] = s[KEY_FRAMES], s[KEY_TARGET], True
+    return {
+        KEY_FRAMES: frames,
+        KEY_TARGET: progress,
+        KEY_COND: torch.stack([s[KEY_COND] for s in samples]),
+        KEY_MASK: mask,
+    }

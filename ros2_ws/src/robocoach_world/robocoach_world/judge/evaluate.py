@@ -1,0 +1,305 @@
+"""Judge quality on labelled video (deployed sim episodes, or imagined rollouts with their labels).
+
+    python -m robocoach_world.judge.evaluate --judge runs/judge --stores runs/corpus_test \
+        --calibration runs/corpus_calibration
+
+Deadlines come from `<judge>/deadlines.json`; when it is missing they are calibrated on the
+successful episodes of `--calibration` and frozen there first. Measures, per group (all, each arm,
+demos vs failure-injected rollouts):
+  * outcome F1, failure as the positive class (judge says failed vs the simulator says failed);
+  * Spearman rho of judged vs ground-truth progress: "online" over the frames where the judge's own
+    segmentation agrees with the ground-truth active subtask, "segment" with ground-truth segment
+    starts (the scorer alone, no segmentation errors);
+  * switch time MAE [s]: detected done time vs the first ground-truth frame with progress 1, over
+    subtasks both sides completed (and how many each side missed);
+  * first-failed-subtask agreement over episodes both sides call failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from robocoach_skills import measures
+from robocoach_skills.composition import Composition
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
+from robocoach_world.judge.data import segments_of
+from robocoach_world.judge.model import PROGRESS, ProgressJudge
+from robocoach_world.judge.verdict import (
+    Deadlines,
+    Verdict,
+    VerdictConfig,
+    calibrate_deadlines,
+    judge_episode,
+)
+
+log = logging.getLogger("robocoach.judge")
+
+DONE = 1.0  # ground-truth progress of a completed subtask
+THRESHOLD_CANDIDATES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # done thresholds calibrate_threshold tries
+SWITCH_TOLERANCE_S = 1.0  # a detected switch this close to the true one counts as right [s]
+
+
+class LabelledVideo(Protocol):
+    """A video with ground truth: an Episode, or an imagined rollout labelled by the simulator."""
+
+    images: np.ndarray  # (T, H, W, 3) uint8
+    composition: Composition
+    fps: float
+    subtask_index: np.ndarray  # (T,) ground-truth active subtask
+    progress: np.ndarray  # (T,) ground-truth progress of the active subtask
+    success: bool
+    kind: str  # "demo" or "rollout" (used for the per-group rows)
+
+
+@dataclass
+class CaseResult:
+    """One video's verdict next to its ground truth."""
+
+    robot: str
+    kind: str
+    failed: bool  # ground truth
+    judged_failed: bool
+    first_failed: int  # ground truth, -1 if it succeeded
+    judged_first_failed: int
+    switches: list[tuple[float, float]]  # (detected, actual) done time [s] per subtask both sides completed
+    missed_switches: int  # completed by ground truth, never detected done by the judge
+    false_switches: int  # detected done, not completed by ground truth
+    online: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress where segmentations agree
+    segment: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress on ground-truth segments
+    frames: int
+
+
+def completion_frames(video: LabelledVideo) -> list[int]:
+    """Per subtask: first frame where ground-truth progress reached 1, -1 where it never completed."""
+    n = len(video.composition.subtasks)
+    out = [-1] * n
+    for index in range(n):
+        frames = np.flatnonzero((video.subtask_index == index) & (video.progress >= DONE))
+        later = np.flatnonzero(video.subtask_index > index)  # moved on: done by the last action at latest
+        if len(frames) or len(later):
+            out[index] = int(frames[0]) if len(frames) else int(later[0])
+    if not video.success:  # a failed video's last subtask never completed, whatever a frame said
+        out[int(video.subtask_index[-1])] = -1
+    return out
+
+
+def calibrate_threshold(
+    judge: ProgressJudge,
+    videos: Sequence[LabelledVideo],
+    base: VerdictConfig,
+    candidates: Sequence[float] = THRESHOLD_CANDIDATES,
+    tolerance_s: float = SWITCH_TOLERANCE_S,
+) -> tuple[VerdictConfig, dict[float, float]]:
+    """The done threshold under which the judge's switches best match the truth on held-out videos.
+
+    Score of a threshold: the share of ground-truth completions the judge detects within
+    `tolerance_s` of the true time (early and late detections both miss). Ties go to the higher
+    threshold. Returns (the rule with that threshold, threshold -> score).
+    """
+    scores = {}
+    for threshold in candidates:
+        config = VerdictConfig(threshold=threshold, consecutive=base.consecutive)
+        hits = total = 0
+        for video in videos:
+            verdict = judge_episode(judge, video, None, config)
+            for frame, judged, seconds in zip(
+                completion_frames(video), verdict.completed, verdict.switch_times, strict=True
+            ):
+                total += frame >= 0
+                hits += frame >= 0 and judged and abs(seconds - frame / video.fps) <= tolerance_s
+        scores[threshold] = hits / max(total, 1)
+    best = max(candidates, key=lambda t: (scores[t], t))
+    return VerdictConfig(threshold=best, consecutive=base.consecutive), scores
+
+
+def calibrate(
+    judge: ProgressJudge,
+    demos: Sequence[LabelledVideo],
+    base: VerdictConfig,
+    quantile: float = 0.9,
+    margin: float = 1.5,
+) -> Deadlines:
+    """The done threshold, then the deadlines under it, both on held-out successful demos; freeze the
+    result with `.save(<judge>/deadlines.json)`."""
+    rule, scores = calibrate_threshold(judge, demos, base)
+    log.info(
+        "done threshold %s (switches within %s s of the truth: %s)",
+        rule.threshold,
+        SWITCH_TOLERANCE_S,
+        scores,
+    )
+    return calibrate_deadlines(judge, demos, quantile, margin, rule)
+
+
+@torch.no_grad()
+def segment_scores(judge: ProgressJudge, video: LabelledVideo) -> tuple[np.ndarray, np.ndarray]:
+    """(judged, actual) progress over every ground-truth segment, each judged from its true start."""
+    device = next(judge.parameters()).device
+    judged, actual = [], []
+    for seg in segments_of(video, 0):
+        frames = torch.as_tensor(video.images[seg.start : seg.end], device=device)[None]
+        logits, _ = judge(frames, judge.condition([seg.robot], [seg.subtask]))
+        judged.append(torch.sigmoid(logits[0, :, PROGRESS]).cpu().numpy())
+        actual.append(video.progress[seg.start : seg.end])
+    return np.concatenate(judged), np.concatenate(actual)
+
+
+def score_case(judge: ProgressJudge, video: LabelledVideo, verdict: Verdict) -> CaseResult:
+    done_at = completion_frames(video)
+    switches, missed, false = [], 0, 0
+    for actual_frame, judged, seconds in zip(done_at, verdict.completed, verdict.switch_times, strict=True):
+        if actual_frame >= 0 and judged:
+            switches.append((seconds, actual_frame / video.fps))
+        missed += actual_frame >= 0 and not judged
+        false += actual_frame < 0 and judged
+    agree = verdict.active == video.subtask_index
+    return CaseResult(
+        robot=video.composition.robot,
+        kind=video.kind,
+        failed=not video.success,
+        judged_failed=not verdict.success,
+        first_failed=-1 if video.success else int(video.subtask_index[-1]),
+        judged_first_failed=verdict.first_failed,
+        switches=switches,
+        missed_switches=missed,
+        false_switches=false,
+        online=(verdict.trace[agree], video.progress[agree]),
+        segment=segment_scores(judge, video),
+        frames=len(video.images),
+    )
+
+
+def summarize(cases: Sequence[CaseResult]) -> dict:
+    """The measures over a group of cases (nan where undefined, e.g. no failures in the group)."""
+    failed = [c.failed for c in cases]
+    judged = [c.judged_failed for c in cases]
+    both_failed = [c for c in cases if c.failed and c.judged_failed]
+    switches = [s for c in cases for s in c.switches]
+    online = [np.concatenate([c.online[k] for c in cases]) for k in (0, 1)]
+    segment = [np.concatenate([c.segment[k] for c in cases]) for k in (0, 1)]
+    return {
+        "episodes": len(cases),
+        "failures": int(sum(failed)),
+        "failure_f1": measures.failure_f1(judged, failed) if len(cases) >= 2 and any(failed) else math.nan,
+        "outcome_accuracy": float(np.mean(np.equal(judged, failed))),
+        "first_failed_agreement": (
+            float(np.mean([c.first_failed == c.judged_first_failed for c in both_failed]))
+            if both_failed
+            else math.nan
+        ),
+        "spearman_online": measures.spearman(*online) if len(online[0]) >= 2 else math.nan,
+        "online_frame_share": len(online[0]) / max(1, sum(c.frames for c in cases)),
+        "spearman_segment": measures.spearman(*segment),
+        "switch_time_mae_s": measures.switch_time_mae(*zip(*switches, strict=True))
+        if len(switches) >= 2
+        else math.nan,
+        "switches_matched": len(switches),
+        "switches_missed": int(sum(c.missed_switches for c in cases)),
+        "switches_false": int(sum(c.false_switches for c in cases)),
+    }
+
+
+def evaluate_judge(
+    judge: ProgressJudge,
+    videos: Sequence[LabelledVideo],
+    deadlines: Deadlines,
+    config: VerdictConfig | None = None,
+) -> dict[str, dict]:
+    """Group name -> measures, for groups all / each arm / each kind present in `videos`."""
+    cases = [score_case(judge, v, judge_episode(judge, v, deadlines, config)) for v in videos]
+    groups = {"all": cases}
+    for key in ("robot", "kind"):
+        for value in sorted({getattr(c, key) for c in cases}):
+            groups[value] = [c for c in cases if getattr(c, key) == value]
+    return {name: summarize(group) for name, group in groups.items()}
+
+
+def format_table(results: dict[str, dict]) -> str:
+    columns = [
+        ("episodes", "n", "{:d}"),
+        ("failures", "fail", "{:d}"),
+        ("failure_f1", "F1(fail)", "{:.1%}"),
+        ("outcome_accuracy", "acc", "{:.1%}"),
+        ("first_failed_agreement", "1st-fail", "{:.1%}"),
+        ("spearman_online", "rho online", "{:.3f}"),
+        ("spearman_segment", "rho segment", "{:.3f}"),
+        ("switch_time_mae_s", "switch MAE s", "{:.2f}"),
+        ("switches_missed", "missed", "{:d}"),
+        ("switches_false", "false", "{:d}"),
+    ]
+    header = "| group | " + " | ".join(title for _, title, _ in columns) + " |"
+    lines = [header, "|" + "---|" * (len(columns) + 1)]
+    for name, row in results.items():
+        cells = [
+            "nan" if isinstance(row[k], float) and math.isnan(row[k]) else f.format(row[k])
+            for k, _, f in columns
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _episodes(stores: Sequence[Path], success_only: bool = False) -> list:
+    out = []
+    for root in stores:
+        store = EpisodeStore(root)
+        out += [store.get(i) for i in store.ids(success=True if success_only else None)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure a trained judge on held-out labelled episodes; print a table, write JSON."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--judge", type=Path, default=Path("runs/judge"), help="judge directory (from train)")
+    parser.add_argument(
+        "--stores", type=Path, nargs="+", required=True, help="held-out episode stores to judge"
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="stores to calibrate deadlines on, if not frozen yet",
+    )
+    parser.add_argument("--quantile", type=float, default=0.9, help="deadline calibration quantile")
+    parser.add_argument("--margin", type=float, default=1.5, help="deadline = margin x quantile")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON report (default <judge>/evaluation.json)"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    judge, verdict_config, _ = load_judge(args.judge)
+    deadlines_path = args.judge / DEADLINES_FILE
+    if not deadlines_path.exists():
+        if not args.calibration:
+            parser.error(f"{deadlines_path} does not exist: pass --calibration stores to calibrate it")
+        demos = _episodes(args.calibration, success_only=True)
+        calibrate(judge, demos, verdict_config, args.quantile, args.margin).save(deadlines_path)
+        print(f"calibrated deadlines on {len(demos)} successful episodes -> {deadlines_path}")
+    deadlines = Deadlines.load(deadlines_path)
+    verdict_config = deadlines.verdict_config(verdict_config)
+    results = evaluate_judge(judge, _episodes(args.stores), deadlines, verdict_config)
+    print(format_table(results))
+    out = args.out or args.judge / "evaluation.json"
+    report = {
+        "stores": [str(s) for s in args.stores],
+        "verdict": asdict(verdict_config),
+        "deadlines": asdict(deadlines),
+        "results": results,
+    }
+    out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()

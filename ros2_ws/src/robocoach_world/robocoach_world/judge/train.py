@@ -1,0 +1,231 @@
+"""Train the progress judge on episode stores (ground-truth progress labels), on CPU, GPU or many GPUs.
+
+    python -m robocoach_world.judge.train --stores runs/corpus --out runs/judge
+    torchrun --nproc_per_node=4 -m robocoach_world.judge.train --stores runs/corpus --out runs/judge
+
+Every k-th episode (`val_every`) is held out for the validation curve. Loss: binary cross-entropy
+of the judged progress against the soft ground-truth progress, plus that of the done score against
+"progress reached 1", averaged over real frames. Writes
+`<out>/checkpoint` (see judge.checkpoint), `<out>/metrics.json` and `<out>/curves.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import torch
+import tyro
+from torch.nn import functional
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from robocoach_skills import measures
+from robocoach_skills.data.episode import Episode
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
+from robocoach_world.judge.checkpoint import save_judge
+from robocoach_world.judge.data import (
+    KEY_COND,
+    KEY_FRAMES,
+    KEY_MASK,
+    KEY_TARGET,
+    SegmentConfig,
+    SegmentDataset,
+    collate_segments,
+)
+from robocoach_world.judge.model import DONE, PROGRESS, JudgeConfig, ProgressJudge
+from robocoach_world.judge.verdict import VerdictConfig
+
+matplotlib.use("Agg")
+
+
+@dataclass
+class TrainConfig:
+    """Judge training run."""
+
+    stores: list[Path]  # episode stores to train on (e.g. runs/corpus)
+    out: Path = Path("runs/judge")  # judge directory to write (must not hold a checkpoint yet)
+    epochs: int = 6  # passes over the training segments
+    batch_segments: int = 8  # segments per batch (per process under torchrun)
+    lr: float = 2e-3  # AdamW peak learning rate (cosine decay to 5% of it)
+    weight_decay: float = 1e-4
+    done_weight: float = 1.0  # weight of the done head's loss next to the progress loss
+    done_pos_weight: float = 1.0  # weight of done frames in the done loss (5 was worse on calibration)
+    val_every: int = 10  # every k-th episode (in store order) is validation, never trained on
+    seed: int = 0  # weights, data order and augmentation
+    threads: int = 1  # torch CPU threads (this machine is shared)
+    device: str | None = None  # overrides select_device (e.g. "cpu")
+    show_progress: bool = True
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    segments: SegmentConfig = field(default_factory=SegmentConfig)
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)  # done rule saved with the judge
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_segments < 1 or self.val_every < 2:
+            raise ValueError(
+                f"need epochs >= 1, batch_segments >= 1, val_every >= 2; got {self.epochs}, "
+                f"{self.batch_segments}, {self.val_every}"
+            )
+
+
+def load_episodes(stores: list[Path]) -> list[Episode]:
+    """Every episode of every store, in store order."""
+    out = []
+    for root in stores:
+        store = EpisodeStore(root)
+        out += [store.get(i) for i in store.ids()]
+    return out
+
+
+def split_episodes(episodes: list[Episode], val_every: int) -> tuple[list[Episode], list[Episode]]:
+    """(train, validation): every `val_every`-th episode goes to validation."""
+    val = [e for k, e in enumerate(episodes) if k % val_every == val_every - 1]
+    train = [e for k, e in enumerate(episodes) if k % val_every != val_every - 1]
+    return train, val
+
+
+def masked_loss(
+    logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, config: TrainConfig
+) -> torch.Tensor:
+    """BCE of the progress channel against soft progress targets plus `done_weight` x BCE of the
+    done channel against progress == 1 (positives weighted `done_pos_weight`), mean over real frames.
+    logits (B, T, 2), target/mask (B, T)."""
+    bce = functional.binary_cross_entropy_with_logits
+    progress = bce(logits[..., PROGRESS], target, reduction="none")
+    pos_weight = torch.tensor(config.done_pos_weight, device=logits.device)
+    done = bce(logits[..., DONE], (target >= 1.0).float(), reduction="none", pos_weight=pos_weight)
+    return ((progress + config.done_weight * done) * mask).sum() / mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def validate(
+    judge: ProgressJudge, loader: DataLoader, device: torch.device, config: TrainConfig
+) -> dict[str, float]:
+    """Loss, mean absolute progress error and Spearman rho over validation frames."""
+    judge.eval()
+    predicted, actual, losses = [], [], []
+    for batch in loader:
+        frames, target, mask = (
+            batch[KEY_FRAMES].to(device),
+            batch[KEY_TARGET].to(device),
+            batch[KEY_MASK].to(device),
+        )
+        logits, _ = judge(frames, batch[KEY_COND].to(device), mask)
+        losses.append(masked_loss(logits, target, mask, config).item())
+        predicted.append(torch.sigmoid(logits[..., PROGRESS])[mask].cpu().numpy())
+        actual.append(target[mask].cpu().numpy())
+    judge.train()
+    p, a = np.concatenate(predicted), np.concatenate(actual)
+    return {
+        "val_loss": float(np.mean(losses)),
+        "val_mae": float(np.mean(np.abs(p - a))),
+        "val_spearman": measures.spearman(p, a),
+    }
+
+
+def plot_curves(history: dict[str, list[float]], path: Path) -> None:
+    """Training loss per step and validation metrics per epoch, one PNG."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    axes[0].plot(history["train_loss"], lw=0.8)
+    axes[0].set(title="train loss (BCE)", xlabel="step")
+    epochs = np.arange(1, len(history["val_loss"]) + 1)
+    axes[1].plot(epochs, history["val_loss"], "o-", label="val loss")
+    axes[1].plot(epochs, history["val_mae"], "s-", label="val MAE")
+    axes[1].set(title="validation error", xlabel="epoch")
+    axes[1].legend()
+    axes[2].plot(epochs, history["val_spearman"], "o-")
+    axes[2].set(title="validation Spearman rho", xlabel="epoch", ylim=(0, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[ProgressJudge, dict]:
+    """Train a judge; the main process writes it to `config.out`. Returns (judge, metrics)."""
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    ctx = ctx or setup_distributed(config.device)
+    judge = ProgressJudge(config.judge).to(ctx.device)
+    train_eps, val_eps = split_episodes(load_episodes(config.stores), config.val_every)
+    if not train_eps or not val_eps:
+        raise ValueError(f"stores {config.stores} hold too few episodes to split 1 in {config.val_every}")
+    train_set = SegmentDataset(train_eps, judge, config.segments, seed=config.seed + ctx.rank)
+    val_set = SegmentDataset(val_eps, judge, SegmentConfig(max_len=config.segments.max_len, augment=False))
+    sampler = ctx.sampler(train_set, shuffle=True, seed=config.seed)
+    loader = DataLoader(
+        train_set,
+        batch_size=config.batch_segments,
+        shuffle=sampler is None,
+        sampler=sampler,
+        collate_fn=collate_segments,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+    val_loader = DataLoader(val_set, batch_size=config.batch_segments, collate_fn=collate_segments)
+    model = ctx.wrap(judge)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    total = config.epochs * len(loader)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+    )
+    history: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_mae": [], "val_spearman": []}
+    bar = tqdm(total=total, desc="judge", disable=not (config.show_progress and ctx.is_main))
+    started = time.perf_counter()
+    for epoch in range(config.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for batch in loader:
+            mask = batch[KEY_MASK].to(ctx.device)
+            logits, _ = model(batch[KEY_FRAMES].to(ctx.device), batch[KEY_COND].to(ctx.device), mask)
+            loss = masked_loss(logits, batch[KEY_TARGET].to(ctx.device), mask, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            history["train_loss"].append(ctx.mean(loss.item()))
+            bar.set_postfix(epoch=epoch, loss=f"{history['train_loss'][-1]:.4f}")
+            bar.update()
+        for key, value in validate(judge, val_loader, ctx.device, config).items():
+            history[key].append(value)
+    bar.close()
+    metrics = {
+        **{key: values[-1] for key, values in history.items()},
+        "train_segments": len(train_set),
+        "val_segments": len(val_set),
+        "train_frames": int(sum(len(e) for e in train_eps)),
+        "epochs": config.epochs,
+        "world_size": ctx.world_size,
+        "wall_s": time.perf_counter() - started,
+    }
+    if ctx.is_main:
+        out = Path(config.out)
+        save_judge(out, unwrap(model), config.verdict, {**metrics, "train_config": _jsonable(config)})
+        (out / "metrics.json").write_text(json.dumps({"final": metrics, "history": history}, indent=2) + "\n")
+        plot_curves(history, out / "curves.png")
+    return judge.eval(), metrics
+
+
+def _jsonable(config: TrainConfig) -> dict:
+    return json.loads(json.dumps(asdict(config), default=str))
+
+
+def main() -> None:
+    config = tyro.cli(TrainConfig, description=__doc__)
+    ctx = setup_distributed(config.device)
+    try:
+        _, metrics = train(config, ctx)
+        if ctx.is_main:
+            print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict)}, indent=2))
+    finally:
+        ctx.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""From judged progress to verdicts: the done rule, per-(arm, skill) deadlines, and whole-video judging.
+
+One rule everywhere (imagination, the robot's router, judging recorded video): a subtask counts as
+done once the judge's done score stays at or above `threshold` for `consecutive` steps; the next
+subtask's history starts at the following frame. A subtask not done within its deadline (policy
+steps since it started) fails, and the first such subtask names the failing (subtask, expert) pair.
+Deadlines are calibrated once, on held-out successful demos, from the judge's own completion times,
+then frozen to JSON, so imagination and deployment are held to the same clock.
+
+    judge = load_judge(Path("runs/judge"))
+    deadlines = Deadlines.load(Path("runs/judge/deadlines.json"))
+    verdict = judge_episode(judge, episode, deadlines)   # episode: anything with images/composition/fps
+
+Worked example of the rule, threshold 0.9 and 2 consecutive steps:
+
+>>> rule = DoneRule(VerdictConfig(threshold=0.9, consecutive=2), rows=1)
+>>> [bool(rule.update(np.array([p]))[0]) for p in (0.5, 0.95, 0.8, 0.92, 0.97)]
+[False, False, False, False, True]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from robocoach_skills.composition import Composition, Subtask
+from robocoach_world.judge.model import DONE, PROGRESS, ProgressJudge
+
+NEVER = -1.0  # switch time of a subtask that was never detected done
+
+
+@dataclass(frozen=True)
+class VerdictConfig:
+    """The done rule shared by imagination, the router and recorded-video judging."""
+
+    threshold: float = 0.9  # judged done probability that counts as done
+    consecutive: int = 2  # steps in a row at or above the threshold (one noisy frame never switches)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"VerdictConfig.threshold must be in (0, 1), got {self.threshold}")
+        if self.consecutive < 1:
+            raise ValueError(f"VerdictConfig.consecutive must be >= 1, got {self.consecutive}")
+
+
+class DoneRule:
+    """The done rule for a batch of rows, each with its own streak of steps above the threshold."""
+
+    def __init__(self, config: VerdictConfig, rows: int) -> None:
+        self.config = config
+        self.streak = np.zeros(rows, dtype=np.int64)
+
+    def reset_rows(self, rows: Sequence[int]) -> None:
+        self.streak[list(rows)] = 0
+
+    def update(self, progress: np.ndarray) -> np.ndarray:
+        """(B,) done scores -> (B,) bool: done now."""
+        above = np.asarray(progress) >= self.config.threshold
+        self.streak = np.where(above, self.streak + 1, 0)
+        return self.streak >= self.config.consecutive
+
+
+class BatchedJudge:
+    """Online judging of B videos at once (imagination's batch, or one robot camera with B = 1).
+
+    Each row keeps its subtask, the features of the subtask's first frame and its GRU state, so a
+    step costs one encoder pass per row. Call `reset_rows` whenever a row starts a subtask; the next
+    frame `update` receives for that row is the subtask's first frame. `update` returns progress;
+    the done rule reads `done`, the done probabilities of the same step:
+
+        progress = online.update(frames)
+        switch = rule.update(online.done)
+    """
+
+    def __init__(self, judge: ProgressJudge, rows: int) -> None:
+        self.judge = judge.eval()
+        self.rows = rows
+        device = next(judge.parameters()).device
+        self.device = device
+        self.cond = torch.full((rows, 4), -1, dtype=torch.long, device=device)
+        self.start = torch.zeros(rows, judge.config.feature_dim, device=device)
+        self.hidden = torch.zeros(1, rows, judge.config.hidden_dim, device=device)
+        self.fresh = torch.ones(rows, dtype=torch.bool, device=device)  # next frame starts a subtask
+        self.done = np.zeros(rows, dtype=np.float32)  # done probability of the latest update, per row
+
+    def reset_rows(
+        self, rows: Sequence[int], subtasks: Sequence[Subtask], robots: str | Sequence[str]
+    ) -> None:
+        """Rows `rows` start judging `subtasks` (one each) on `robots` (one name for all, or one each)."""
+        robots = [robots] * len(rows) if isinstance(robots, str) else list(robots)
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
+        self.cond[index] = self.judge.condition(robots, subtasks)
+        self.hidden[:, index] = 0.0
+        self.fresh[index] = True
+
+    @torch.no_grad()
+    def update(self, images: np.ndarray | torch.Tensor) -> np.ndarray:
+        """(B, H, W, 3) uint8 newest frames -> (B,) float judged progress of each row's subtask."""
+        if tuple(images.shape[:1]) != (self.rows,) or images.shape[-1] != 3:
+            raise ValueError(f"expected ({self.rows}, H, W, 3) frames, got {tuple(images.shape)}")
+        if bool((self.cond[:, 0] < 0).any()):
+            missing = torch.nonzero(self.cond[:, 0] < 0).flatten().tolist()
+            raise RuntimeError(f"rows {missing} have no subtask: call reset_rows first")
+        frames = torch.as_tensor(np.asarray(images), device=self.device)
+        features = self.judge.encoder(frames)  # (B, F)
+        self.start = torch.where(self.fresh[:, None], features, self.start)
+        self.fresh[:] = False
+        logits, self.hidden = self.judge.step(features[:, None], self.start, self.cond, self.hidden)
+        scores = torch.sigmoid(logits[:, 0]).cpu().numpy()  # (B, 2)
+        self.done = scores[:, DONE]
+        return scores[:, PROGRESS]
+
+
+@dataclass
+class Deadlines:
+    """Per-(arm, skill) deadlines [policy steps], calibrated once and then frozen."""
+
+    steps: dict[str, dict[str, int]]  # robot -> skill -> policy steps a subtask may take
+    quantile: float = 0.9  # quantile of judged completion times they were calibrated from
+    margin: float = 1.5  # factor applied to that quantile
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # robot -> skill -> demos used
+    default: int | None = None  # for pairs without samples; None: such a pair is an error
+    rule: dict = field(default_factory=dict)  # the VerdictConfig they were calibrated under ({}: the judge's)
+
+    def verdict_config(self, fallback: VerdictConfig) -> VerdictConfig:
+        """The done rule these deadlines belong to (`fallback` when they do not name one)."""
+        return VerdictConfig(**self.rule) if self.rule else fallback
+
+    def of(self, robot: str, skill: str) -> int:
+        found = self.steps.get(robot, {}).get(skill, self.default)
+        if found is None:
+            known = {r: sorted(s) for r, s in self.steps.items()}
+            raise KeyError(f"no deadline for {skill!r} on {robot!r}; calibrated: {known}")
+        return found
+
+    def per_skill(self, robot: str, skills: Sequence[str]) -> dict[str, int]:
+        """skill -> deadline on `robot` (the router's `skill_deadline_steps`)."""
+        return {skill: self.of(robot, skill) for skill in skills}
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Deadlines:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class Video(Protocol):
+    """What judging needs from an episode (a recorded Episode, or an imagined rollout)."""
+
+    images: np.ndarray  # (T, H, W, 3) uint8
+    composition: Composition
+    fps: float
+
+
+@dataclass
+class VideoClip:
+    """A bare video to judge (frames from ROS, or an imagined rollout): satisfies `Video`."""
+
+    images: np.ndarray  # (T, H, W, 3) uint8
+    composition: Composition
+    fps: float
+
+
+@dataclass
+class Verdict:
+    """The judge's diagnosis of one video."""
+
+    composition: str
+    trace: np.ndarray  # (T,) float32 judged progress of the judged-active subtask at each frame
+    active: np.ndarray  # (T,) int16 judged-active subtask at each frame
+    progress: list[float]  # per subtask: judged progress when it ended (0 where never reached)
+    completed: list[bool]  # per subtask: detected done within its deadline
+    switch_times: list[float]  # per subtask: time of the frame it was detected done [s], NEVER if not
+    first_failed: int  # first subtask not completed (missed deadline or video ended), -1 if none
+    success: bool  # every subtask completed
+
+
+def judge_episode(
+    judge: ProgressJudge,
+    episode: Video,
+    deadlines: Deadlines | None = None,
+    config: VerdictConfig | None = None,
+) -> Verdict:
+    """Segment and judge a whole video from its frames alone, subtask by subtask.
+
+    The active subtask is known only from the judge's own earlier done detections, as in execution
+    and imagination. With `deadlines` None (calibration) a subtask may take the rest of the video.
+    """
+    config = config or VerdictConfig()
+    comp, n_frames = episode.composition, len(episode.images)
+    n = len(comp.subtasks)
+    online, rule = BatchedJudge(judge, rows=1), DoneRule(config, rows=1)
+    trace = np.zeros(n_frames, dtype=np.float32)
+    active = np.zeros(n_frames, dtype=np.int16)
+    progress, completed, switch = [0.0] * n, [False] * n, [NEVER] * n
+    index, start, failed = 0, 0, False
+    online.reset_rows([0], [comp.subtasks[0]], comp.robot)
+    for t in range(n_frames):
+        active[t] = min(index, n - 1)
+        if index == n:  # everything done: nothing left to judge
+            trace[t] = 1.0
+            continue
+        p = float(online.update(episode.images[t : t + 1])[0])
+        trace[t] = progress[index] = p
+        if failed:
+            continue
+        if rule.update(online.done)[0]:
+            completed[index], switch[index] = True, t / episode.fps
+            index, start = index + 1, t + 1
+            rule.reset_rows([0])
+            if index < n:
+                online.reset_rows([0], [comp.subtasks[index]], comp.robot)
+        elif deadlines is not None and t + 1 - start >= deadlines.of(comp.robot, comp.subtasks[index].skill):
+            failed = True
+    first_failed = next((i for i, done in enumerate(completed) if not done), -1)
+    return Verdict(comp.name, trace, active, progress, completed, switch, first_failed, first_failed < 0)
+
+
+def calibrate_deadlines(
+    judge: ProgressJudge,
+    episodes: Sequence[Video],
+    quantile: float = 0.9,
+    margin: float = 1.5,
+    config: VerdictConfig | None = None,
+) -> Deadlines:
+    """Deadlines = ceil(margin x quantile) of the judge's completion times on successful demos.
+
+    Times are the judge's, not the simulator's: a deadline must hold for the rule that enforces it.
+    Subtasks the judge never confirmed on a successful demo add no sample (they are judge misses,
+    which the evaluation reports, not durations); pairs left without samples get `default`, margin x
+    the longest calibration video, so they surface as judge misses rather than as errors.
+    """
+    durations: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for episode in episodes:
+        verdict = judge_episode(judge, episode, None, config)
+        start = 0
+        for subtask, done, seconds in zip(
+            episode.composition.subtasks, verdict.completed, verdict.switch_times, strict=True
+        ):
+            if not done:
+                break
+            end = round(seconds * episode.fps)
+            durations[episode.composition.robot][subtask.skill].append(end + 1 - start)
+            start = end + 1
+    steps = {
+        robot: {skill: math.ceil(margin * float(np.quantile(d, quantile))) for skill, d in skills.items()}
+        for robot, skills in durations.items()
+    }
+    samples = {robot: {skill: len(d) for skill, d in skills.items()} for robot, skills in durations.items()}
+    longest = max((len(e.images) for e in episodes), default=0)
+    default = math.ceil(margin * longest) if longest else None
+    return Deadlines(steps, quantile, margin, samples, default, asdict(config or VerdictConfig()))

@@ -1,0 +1,323 @@
+"""`coach` node: the RIDI loop (`robocoach_world.coach.loop`) over the ROS graph.
+
+The loop runs in a worker thread; its ports are ROS calls:
+
+- Imagine: real initial observations (the sim is reset to each seed with `ResetScene`, then the
+  newest camera frame and joint state are taken; on hardware the current ones), then an `Imagine`
+  goal to the world model; its FailureRecords become TrialRecords.
+- Collect: the request is published on the operator topic (reliable, transient-local: a station that
+  starts later still sees it) and a `CollectDemo` goal is sent to the station; accepted episodes count.
+- Improve: retrained adapters are activated on the executor and on the world model (`LoadAdapter`).
+- Every closed round is published as a `CoachRound`.
+
+State is persisted by `CoachState` after every step, so killing this process at any moment and
+starting it again resumes the round. With `exit_when_done` the process ends once the budget is spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import rclpy
+import torch
+from rclpy.action import ActionClient
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+
+from robocoach_msgs.action import CollectDemo, Imagine
+from robocoach_msgs.msg import CoachRound, DemoRequest
+from robocoach_msgs.srv import LoadAdapter, ResetScene
+from robocoach_skills.bootstrap import load_experts
+from robocoach_skills.composition import Composition
+from robocoach_skills.constants import (
+    ACTION_COLLECT_DEMO,
+    ACTION_IMAGINE,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+    SERVICE_LOAD_ADAPTER,
+    SERVICE_RESET_SCENE,
+    SERVICE_WORLD_LOAD_ADAPTER,
+    TOPIC_CAMERA,
+    TOPIC_COACH_ROUNDS,
+    TOPIC_DEMO_REQUESTS,
+    TOPIC_JOINT_STATES,
+)
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.nodes.conversions import composition_to_msg, image_to_msg, msg_to_image, subtask_to_msg
+from robocoach_skills.nodes.spin import spin_node
+from robocoach_skills.nodes.station import OPERATOR_QOS
+from robocoach_skills.tasks import get_composition, training_compositions
+from robocoach_world.coach.allocation import AllocationConfig
+from robocoach_world.coach.diagnosis import DiagnosisConfig
+from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
+from robocoach_world.coach.loop import Coach, CoachConfig, Collected
+from robocoach_world.coach.state import CoachState, RequestState
+from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
+
+IMAGINATION_SEED_BASE = 2_000_000  # initial states the coach imagines from; apart from evaluation seeds
+STATE_FILE = "coach_state.json"
+STATUS_SUCCEEDED = 4  # action_msgs/GoalStatus
+
+
+class CallFailedError(RuntimeError):
+    """A ROS call the coach depends on failed; the round stays where the state file says."""
+
+
+class RosPorts:
+    """CoachPorts over the ROS graph (see the module docstring)."""
+
+    def __init__(self, node: CoachNode) -> None:
+        self.node = node
+
+    # ------------------------------------------------------------------ Imagine
+    def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+        node = self.node
+        seeds = [IMAGINATION_SEED_BASE + k for k in range(node.initial_states)]
+        observations = [node.initial_observation(composition, seed) for seed in seeds]
+        goal = Imagine.Goal(
+            composition=composition_to_msg(composition),
+            initial_frames=[image_to_msg(o[OBS_IMAGE]) for o in observations],
+            initial_proprio=[JointState(position=o[OBS_PROPRIO].tolist()) for o in observations],
+            initial_state_seeds=seeds,
+            num_rollouts=node.num_rollouts,
+            horizon=node.horizon,
+            num_world_seeds=node.num_world_seeds,
+        )
+        result = node.run_goal(
+            node.imagine_client, goal, node.imagine_timeout_s, f"Imagine {composition.name}"
+        )
+        return [
+            TrialRecord(
+                r.composition,
+                r.robot,
+                tuple(r.expert_skills),
+                tuple(int(v) for v in r.expert_versions),
+                r.first_failed_index,
+                r.initial_state_id,
+                r.seed,
+                SOURCE_IMAGINED if r.source == r.SOURCE_IMAGINED else SOURCE_DEPLOYED,
+                r.valid,
+            )
+            for r in result.records
+        ]
+
+    # ------------------------------------------------------------------ Collect
+    def collect(self, request: RequestState) -> Collected:
+        msg = DemoRequest(
+            request_id=request.request_id,
+            robot=request.robot,
+            subtask=subtask_to_msg(request.subtask),
+            composition=request.composition,
+            count=request.remaining,
+            initial_state_seeds=list(request.seeds),
+            reason=request.reason,
+            priority=float(request.priority),
+            round=request.round,
+        )
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.node.request_pub.publish(msg)
+        try:
+            result = self.node.run_goal(
+                self.node.collect_client, CollectDemo.Goal(request=msg), self.node.collect_timeout_s,
+                f"CollectDemo {request.request_id}",
+            )  # fmt: skip
+        except CallFailedError as error:
+            return Collected([], str(error))
+        accepted = [e.episode_id for e in result.episodes if e.accepted]
+        return Collected(accepted, "" if result.success else result.message or "not all demos were accepted")
+
+    # ------------------------------------------------------------------ Improve
+    def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None:
+        for update in updates:
+            for client in (self.node.executor_adapters, self.node.world_adapters):
+                request = LoadAdapter.Request(skill=update.skill, version=update.version)
+                response = self.node.call(client, request, f"LoadAdapter {update.skill} v{update.version}")
+                if not response.success:
+                    raise CallFailedError(
+                        f"{client.srv_name} refused {update.skill} v{update.version}: {response.message}"
+                    )
+
+    def publish_round(self, entry: dict) -> None:
+        node = self.node
+        diagnosis = entry["summary"].get("diagnosis", {})
+        pairs = diagnosis.get("pairs", [])
+        compositions = diagnosis.get("compositions", [])
+        allocation = entry["allocation"].get("demos", [])
+        msg = CoachRound(
+            round=entry["round"],
+            robot=node.robot,
+            failure_skills=[p["pair"] for p in pairs],
+            failure_counts=[int(p["first_failures"]) for p in pairs],
+            failure_mass=[float(p["mass"]) for p in pairs],
+            allocation_skills=[a["pair"] for a in allocation],
+            allocation_counts=[int(a["n_demos"]) for a in allocation],
+            compositions=[c["composition"] for c in compositions],
+            imagined_success=[_rate(c["success_rate"]) for c in compositions],
+            demos_spent=node.state.demos_spent,
+            demo_budget=node.state.budget,
+        )
+        msg.header.stamp = node.get_clock().now().to_msg()
+        node.round_pub.publish(msg)
+
+
+def _rate(value: float | None) -> float:
+    """A success rate for a message field: NaN where no valid trial gave one."""
+    return float("nan") if value is None else float(value)
+
+
+class CoachNode(Node):
+    def __init__(self) -> None:
+        super().__init__("coach")
+        declare = self.declare_parameter
+        self.robot = declare("robot", "franka").value  # embodiment coached
+        names = list(declare("compositions", [""]).value)  # [""] = every training composition
+        experts_dir = Path(declare("experts_dir", "").value)  # backbone + adapters (shared registry)
+        store_dir = Path(declare("store", "").value)  # the episode store demos are written to
+        state_dir = Path(declare("state_dir", "runs/demo/coach").value)  # coach_state.json lives here
+        budget = declare("budget", 150).value  # subtask demos over all rounds
+        demos_per_round = declare("demos_per_round", 50).value
+        self.initial_states = declare("initial_states", 8).value  # real initial observations per composition
+        self.num_rollouts = declare("num_rollouts", 64).value  # imagined trials per composition
+        self.horizon = declare("horizon", 300).value  # imagined policy steps per trial
+        self.num_world_seeds = declare("num_world_seeds", 3).value
+        self.reset_scene = declare("reset_scene", True).value  # sim: reset to each seed; hardware: False
+        min_reach = declare("min_reach", 5).value  # pairs reached by fewer valid trials get no demos
+        strategy = declare("allocation", "top_m").value  # top_m | proportional
+        top_m = declare("top_m", 2).value
+        train_steps = declare("train_steps", 300).value  # adapter update steps per retrained skill
+        replay_ratio = declare("replay_ratio", 0.5).value
+        self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
+        self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
+        self.exit_when_done = declare("exit_when_done", False).value
+        torch.set_num_threads(declare("torch_threads", 1).value)
+        if not str(experts_dir) or not str(store_dir):
+            raise ValueError("parameters experts_dir and store are required")
+
+        compositions = (
+            [get_composition(self.robot, n) for n in names if n]
+            if any(names)
+            else training_compositions(self.robot)
+        )
+        library, registry, versions, _ = load_experts(experts_dir)
+        config = CoachConfig(
+            budget=budget,
+            demos_per_round=demos_per_round,
+            diagnosis=DiagnosisConfig(min_reach=min_reach),
+            allocation=AllocationConfig(strategy=strategy, top_m=top_m),
+            improve=ImproveConfig(steps=train_steps, replay_ratio=replay_ratio),
+        )
+        self.state = CoachState.open(state_dir / STATE_FILE, budget, versions)
+        self.coach = Coach(
+            config, self.state, compositions, library, registry, EpisodeStore(store_dir), RosPorts(self)
+        )
+
+        group = ReentrantCallbackGroup()
+        self._sensor = threading.Condition()
+        self._image: np.ndarray | None = None
+        self._joints: np.ndarray | None = None
+        self._stamp = 0.0
+        self.create_subscription(
+            Image, TOPIC_CAMERA, self._on_image, qos_profile_sensor_data, callback_group=group
+        )
+        self.create_subscription(
+            JointState, TOPIC_JOINT_STATES, self._on_joints, qos_profile_sensor_data, callback_group=group
+        )
+        self.request_pub = self.create_publisher(DemoRequest, TOPIC_DEMO_REQUESTS, OPERATOR_QOS)
+        self.round_pub = self.create_publisher(CoachRound, TOPIC_COACH_ROUNDS, OPERATOR_QOS)
+        self.reset_client = self.create_client(ResetScene, SERVICE_RESET_SCENE, callback_group=group)
+        self.executor_adapters = self.create_client(LoadAdapter, SERVICE_LOAD_ADAPTER, callback_group=group)
+        self.world_adapters = self.create_client(
+            LoadAdapter, SERVICE_WORLD_LOAD_ADAPTER, callback_group=group
+        )
+        self.imagine_client = ActionClient(self, Imagine, ACTION_IMAGINE, callback_group=group)
+        self.collect_client = ActionClient(self, CollectDemo, ACTION_COLLECT_DEMO, callback_group=group)
+        self.get_logger().info(
+            f"coaching {self.robot} on {[c.name for c in compositions]}: round {self.state.round}, "
+            f"{self.state.demos_spent}/{budget} demos spent, phase {self.state.phase}"
+        )
+        self._worker = threading.Thread(target=self._run, daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        try:
+            while not self.coach.finished and rclpy.ok(context=self.context):
+                action = self.coach.step()
+                self.get_logger().info(
+                    f"step {action} done: round {self.state.round}, phase {self.state.phase}, "
+                    f"{self.state.demos_spent}/{self.state.budget} demos spent"
+                )
+            self.get_logger().info(f"coaching finished after {self.state.round} rounds")
+        except (CallFailedError, TimeoutError, ValueError) as error:
+            self.get_logger().error(
+                f"coaching stopped: {error} (state kept in {self.state.path}; restart resumes)"
+            )
+        if self.exit_when_done:
+            rclpy.try_shutdown(context=self.context)
+
+    # ------------------------------------------------------------------ calls
+    def _wait(self, future, timeout_s: float, what: str):
+        done = threading.Event()
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout_s):
+            raise CallFailedError(f"{what}: no answer within {timeout_s:.0f} s")
+        return future.result()
+
+    def call(self, client, request, what: str, timeout_s: float = 30.0):
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            raise CallFailedError(f"{what}: service {client.srv_name} is not available")
+        return self._wait(client.call_async(request), timeout_s, what)
+
+    def run_goal(self, client: ActionClient, goal, timeout_s: float, what: str):
+        if not client.wait_for_server(timeout_sec=30.0):
+            raise CallFailedError(f"{what}: action server is not available")
+        handle = self._wait(client.send_goal_async(goal), 30.0, what)
+        if not handle.accepted:
+            raise CallFailedError(f"{what}: goal rejected")
+        answer = self._wait(handle.get_result_async(), timeout_s, what)
+        if answer.status != STATUS_SUCCEEDED:
+            raise CallFailedError(f"{what}: goal ended with status {answer.status}")
+        return answer.result
+
+    # ------------------------------------------------------------------ initial observations
+    def _on_image(self, msg: Image) -> None:
+        with self._sensor:
+            self._image = msg_to_image(msg)
+            self._sensor.notify_all()
+
+    def _on_joints(self, msg: JointState) -> None:
+        with self._sensor:
+            self._joints, self._stamp = np.asarray(msg.position, dtype=np.float32), time.monotonic()
+            self._sensor.notify_all()
+
+    def initial_observation(self, composition: Composition, seed: int, timeout_s: float = 10.0) -> dict:
+        """The robot's camera frame and joint state in the initial state `seed` of `composition`."""
+        if self.reset_scene:
+            response = self.call(
+                self.reset_client, ResetScene.Request(composition=composition.name, seed=seed), "ResetScene"
+            )
+            if not response.success:
+                raise CallFailedError(f"ResetScene {composition.name} seed {seed}: {response.message}")
+        after = time.monotonic()
+        with self._sensor:
+            self._image = None  # a frame published before the reset must not be taken
+            if not self._sensor.wait_for(lambda: self._image is not None and self._stamp > after, timeout_s):
+                raise CallFailedError(f"no camera frame and joint state within {timeout_s} s after reset")
+            return {OBS_IMAGE: self._image, OBS_PROPRIO: self._joints.copy()}
+
+
+def main(args: list[str] | None = None) -> None:
+    # the loop's own log lines (what was imagined, requested, retrained) go to the node's output too
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    spin_node(CoachNode, args, threads=4)
+
+
+if __name__ == "__main__":
+    main()

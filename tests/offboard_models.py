@@ -1,0 +1,50 @@
+"""Real but untrained offboard checkpoints (CoachWorld, judge + deadlines) and briefly trained experts.
+
+Node and coach tests need the files the nodes load, not good models: these are written through the
+same save functions training uses, at the sizes the nodes read (64 px frames from the sim).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from robocoach_skills.bootstrap import ExpertTrainingConfig, train_bootstrap_experts
+from robocoach_skills.data.store import EpisodeStore, StoreInfo
+from robocoach_skills.operator import OperatorConfig, ScriptedOperator
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.tasks import get_composition
+from robocoach_world.judge.checkpoint import DEADLINES_FILE, save_judge
+from robocoach_world.judge.model import JudgeConfig, ProgressJudge
+from robocoach_world.judge.verdict import Deadlines, VerdictConfig
+from robocoach_world.world.artifacts import save_world
+from robocoach_world.world.model import CoachWorld, WorldConfig
+
+IMAGE_SIZE = 64
+
+
+def write_offboard_models(root: Path, robot: str, task: str, deadline_steps: int) -> dict[str, Path]:
+    """experts (scripted demos of every subtask of `task`, 20 training steps), world, judge dirs."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    store = EpisodeStore.create(root / "episodes", StoreInfo(fps=10.0, image_size=(IMAGE_SIZE, IMAGE_SIZE)))
+    scene = SimScene(SceneConfig(robot=robot, image_size=IMAGE_SIZE))
+    composition = get_composition(robot, task)
+    for index in range(len(composition.subtasks)):
+        store.add(
+            ScriptedOperator(OperatorConfig(seed=index)).demo_subtask(scene, composition, index, seed=1)
+        )
+    scene.close()
+    train_bootstrap_experts(store, root / "experts", ExpertTrainingConfig(steps=20), show_progress=False)
+    save_world(root / "world", CoachWorld(WorldConfig(image_size=IMAGE_SIZE)), {"metrics": {}})
+    judge = ProgressJudge(JudgeConfig(image_size=IMAGE_SIZE))
+    save_judge(root / "judge", judge, VerdictConfig(), {"val_mae": float("nan")})
+    skills = {s.skill: deadline_steps for s in composition.subtasks}
+    Deadlines({robot: skills}).save(root / "judge" / DEADLINES_FILE)
+    return {
+        "experts": root / "experts",
+        "world": root / "world",
+        "judge": root / "judge",
+        "store": root / "episodes",
+    }

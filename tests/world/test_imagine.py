@@ -1,0 +1,135 @@
+"""Closed-loop imagination: the router's rule per row, deadlines, majority over world seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robocoach_skills.action_contract import native_dim
+from robocoach_skills.experts import ExpertConfig, ExpertLibrary
+from robocoach_skills.tasks import get_composition
+from robocoach_world.imagine import ImaginationConfig, imagine_composition
+from robocoach_world.judge.model import JudgeConfig, ProgressJudge
+from robocoach_world.judge.verdict import NEVER, Deadlines, VerdictConfig
+from robocoach_world.world.model import CoachWorld, WorldConfig
+
+SIZE = 32
+DEADLINE = 6  # policy steps per subtask
+FPS = 10.0
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.manual_seed(0)
+    world = CoachWorld(
+        WorldConfig(image_size=SIZE, channels=(8, 16), embed_dim=32, hidden_dim=32, latent_dim=4)
+    )
+    judge = ProgressJudge(
+        JudgeConfig(image_size=SIZE, channels=(8, 8), feature_dim=16, hidden_dim=16, groups=4)
+    )
+    expert = ExpertConfig(
+        image_size=SIZE, conv_channels=(8, 16), norm_groups=4, proprio_hidden=32, robot_embed_dim=4,
+        embed_dim=64, head_hidden=64, chunk_len=4, lora_layers=("conv1", "fuse", "trunk"),
+    )  # fmt: skip
+    library = ExpertLibrary(expert, skills=["press_button", "pick", "place"])
+    return world.eval(), judge.eval(), library
+
+
+def _judge_saying(judge: ProgressJudge, logit: float) -> ProgressJudge:
+    """The same judge with its outputs (progress and done) pinned: sigmoid(logit) on every frame."""
+    pinned = ProgressJudge(judge.config)
+    pinned.load_state_dict(judge.state_dict())
+    last = pinned.head[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(logit)
+    return pinned.eval()
+
+
+def _initial(robot: str, n: int):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8)
+    proprio = rng.uniform(-0.5, 0.5, (n, native_dim(robot))).astype(np.float32)
+    return images, proprio
+
+
+def _deadlines(robot: str) -> Deadlines:
+    return Deadlines({robot: {"press_button": DEADLINE, "pick": DEADLINE, "place": DEADLINE}})
+
+
+@pytest.mark.parametrize("robot", ["franka", "piper"])
+def test_a_judge_that_never_confirms_fails_every_trial_at_its_first_deadline(models, robot):
+    world, judge, library = models
+    composition = get_composition(robot, "two_buttons")
+    images, proprio = _initial(robot, 3)
+    config = ImaginationConfig(num_rollouts=5, num_world_seeds=3, horizon=50, keep_frames=True)
+    trials = imagine_composition(
+        world, _judge_saying(judge, -5.0), library, _deadlines(robot), composition, images, proprio, config,
+        versions={"press_button": 4}, initial_seeds=[10, 11, 12], fps=FPS,
+    )  # fmt: skip
+    assert len(trials) == 5
+    for k, trial in enumerate(trials):
+        assert trial.record.first_failed_index == 0 and trial.record.valid and trial.confidence == 1.0
+        assert trial.record.versions == (4, 4) and trial.record.skills == ("press_button", "press_button")
+        assert (trial.record.initial_state_id, trial.record.seed) == (k % 3, 10 + k % 3)
+        assert [s.steps for s in trial.seeds] == [DEADLINE] * 3
+        assert trial.frames.shape == (DEADLINE, SIZE, SIZE, 3) and trial.frames.dtype == np.uint8
+        assert trial.trace.shape == (DEADLINE,) and np.all(trial.trace < 0.01)
+
+
+def test_a_judge_that_always_confirms_switches_every_consecutive_steps(models):
+    world, judge, library = models
+    composition = get_composition("franka", "pick_place_bin")
+    images, proprio = _initial("franka", 2)
+    rule = VerdictConfig(threshold=0.9, consecutive=2)
+    config = ImaginationConfig(num_rollouts=4, num_world_seeds=3, horizon=50, n_action_steps=3)
+    trials = imagine_composition(
+        world, _judge_saying(judge, 5.0), library, _deadlines("franka"), composition, images, proprio, config,
+        verdict=rule, fps=FPS,
+    )  # fmt: skip
+    for trial in trials:
+        assert trial.record.success and trial.record.valid
+        for seed in trial.seeds:
+            # judged from the first frame after an action on, as the router does: 2 steps per subtask
+            assert seed.switch_times == pytest.approx([2 / FPS, 4 / FPS]) and seed.steps == 4
+
+
+def test_world_seeds_change_the_imagined_frames_and_the_seed_reproduces_them(models):
+    world, judge, library = models
+    composition = get_composition("piper", "two_buttons")
+    images, proprio = _initial("piper", 1)
+    config = ImaginationConfig(num_rollouts=1, num_world_seeds=2, horizon=4, keep_frames=True)
+    run = lambda c: imagine_composition(  # noqa: E731
+        world, _judge_saying(judge, -5.0), library, _deadlines("piper"), composition, images, proprio, c
+    )
+    first, again = run(config)[0], run(config)[0]
+    assert np.array_equal(first.frames, again.frames)
+    other = run(ImaginationConfig(num_rollouts=1, num_world_seeds=2, horizon=4, keep_frames=True, seed=1))[0]
+    assert not np.array_equal(first.frames, other.frames)
+
+
+def test_unknown_skills_and_mismatched_initial_states_are_refused(models):
+    world, judge, library = models
+    images, proprio = _initial("franka", 2)
+    with pytest.raises(ValueError, match="no expert for"):
+        imagine_composition(
+            world, judge, library, _deadlines("franka"), get_composition("franka", "drawer_store"),
+            images, proprio, ImaginationConfig(num_rollouts=1),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="matching initial"):
+        imagine_composition(
+            world, judge, library, _deadlines("franka"), get_composition("franka", "two_buttons"),
+            images, proprio[:1], ImaginationConfig(num_rollouts=1),
+        )  # fmt: skip
+
+
+def test_never_is_the_switch_time_of_an_unconfirmed_subtask(models):
+    world, judge, library = models
+    images, proprio = _initial("piper", 1)
+    trial = imagine_composition(
+        world, _judge_saying(judge, -5.0), library, _deadlines("piper"),
+        get_composition("piper", "two_buttons"), images, proprio,
+        ImaginationConfig(num_rollouts=1, num_world_seeds=1, agreement=1),
+    )[0]  # fmt: skip
+    assert trial.seeds[0].switch_times == [NEVER, NEVER]

@@ -1,0 +1,229 @@
+"""The done rule, deadlines, first failure and the judge measures, on hand-made progress traces.
+
+A `PixelJudge` reads its "progress" off each frame (the red value of pixel (0, 0) / 255), so every
+trace here is exactly the one written in the test, and the expected verdicts are hand-computed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import robocoach_world.judge.detector  # noqa: F401  (registers the "judge" detector)
+from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.constants import OBS_IMAGE
+from robocoach_skills.router import Router, RouterConfig
+from robocoach_world.judge.evaluate import completion_frames, evaluate_judge, score_case
+from robocoach_world.judge.model import JudgeConfig, ProgressJudge
+from robocoach_world.judge.verdict import (
+    NEVER,
+    BatchedJudge,
+    Deadlines,
+    DoneRule,
+    VerdictConfig,
+    VideoClip,
+    calibrate_deadlines,
+    judge_episode,
+)
+
+SIZE = 16
+FPS = 10.0
+TWO = Composition(
+    "two_buttons", "franka", (Subtask("press_button", "red_button"), Subtask("press_button", "green_button"))
+)
+LOOSE = Deadlines({"franka": {"press_button": 100}})
+
+
+class _PixelEncoder(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(images.shape[0], self.dim)
+        out[:, 0] = images[:, 0, 0, 0].float() / 255.0
+        return out
+
+
+class PixelJudge(ProgressJudge):
+    """Judged progress and done score = red value of pixel (0, 0) / 255, whatever the history."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            JudgeConfig(image_size=SIZE, channels=(8,), feature_dim=4, embed_dim=2, hidden_dim=4)
+        )
+        self.encoder = _PixelEncoder(self.config.feature_dim)
+
+    def step(self, features, start, cond, hidden):
+        logit = torch.logit(features[..., 0].clamp(1e-6, 1 - 1e-6))
+        return torch.stack([logit, logit], dim=-1), hidden
+
+
+def frames_for(trace: list[float]) -> np.ndarray:
+    images = np.zeros((len(trace), SIZE, SIZE, 3), dtype=np.uint8)
+    images[:, 0, 0, 0] = np.round(np.asarray(trace) * 255).astype(np.uint8)
+    return images
+
+
+@dataclass
+class Labelled:
+    images: np.ndarray
+    composition: Composition
+    fps: float
+    subtask_index: np.ndarray
+    progress: np.ndarray
+    success: bool
+    kind: str = "rollout"
+
+
+def test_done_rule_needs_consecutive_steps_and_resets_per_row():
+    rule = DoneRule(VerdictConfig(threshold=0.8, consecutive=3), rows=2)
+    done = [rule.update(np.array([p, 0.9])).tolist() for p in (0.9, 0.9, 0.5, 0.9)]
+    assert done == [[False, False], [False, False], [False, True], [False, True]]
+    rule.reset_rows([1])
+    assert rule.update(np.array([0.9, 0.9])).tolist() == [False, False]
+    with pytest.raises(ValueError, match="threshold"):
+        VerdictConfig(threshold=1.0)
+
+
+def test_whole_video_is_segmented_by_the_judges_own_detections():
+    # subtask 0 done at frame 3 (2nd step >= 0.9); subtask 1 starts at 4, done at 7.
+    trace = [0.1, 0.5, 0.95, 0.95, 0.1, 0.3, 0.92, 0.93, 0.2, 0.2]
+    verdict = judge_episode(PixelJudge(), VideoClip(frames_for(trace), TWO, FPS), LOOSE)
+    assert verdict.completed == [True, True] and verdict.success and verdict.first_failed == -1
+    assert verdict.switch_times == pytest.approx([0.3, 0.7])
+    assert verdict.active.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+    assert verdict.progress == pytest.approx([0.95, 0.93], abs=0.003)
+    np.testing.assert_allclose(verdict.trace[:8], trace[:8], atol=0.003)
+    assert verdict.trace[8:].tolist() == [1.0, 1.0]  # nothing left to judge
+
+
+def test_first_missed_deadline_names_the_failing_subtask():
+    trace = [0.1, 0.95, 0.95, 0.1, 0.2, 0.3, 0.4, 0.95, 0.95, 0.95]
+    clip = VideoClip(frames_for(trace), TWO, FPS)
+    # Subtask 1 starts at frame 3 and is done at frame 8: 6 steps. A 5-step deadline misses it.
+    tight = judge_episode(PixelJudge(), clip, Deadlines({"franka": {"press_button": 5}}))
+    assert tight.completed == [True, False] and tight.first_failed == 1 and not tight.success
+    assert tight.switch_times == [pytest.approx(0.2), NEVER]
+    ok = judge_episode(PixelJudge(), clip, Deadlines({"franka": {"press_button": 6}}))
+    assert ok.success and ok.switch_times == pytest.approx([0.2, 0.8])
+
+
+def test_video_ending_before_done_fails_there_and_missing_deadline_is_a_clear_error():
+    verdict = judge_episode(PixelJudge(), VideoClip(frames_for([0.1, 0.2, 0.95]), TWO, FPS), LOOSE)
+    assert verdict.completed == [False, False] and verdict.first_failed == 0
+    with pytest.raises(KeyError, match="no deadline for 'press_button' on 'franka'"):
+        judge_episode(PixelJudge(), VideoClip(frames_for([0.1]), TWO, FPS), Deadlines({"piper": {"pick": 9}}))
+
+
+def test_deadlines_are_margin_times_quantile_of_judged_times_and_round_trip(tmp_path):
+    # Judged durations of press_button: video a: 3 and 4 steps, video b: 5 and 2 steps.
+    a = frames_for([0.1, 0.95, 0.95, 0.1, 0.1, 0.95, 0.95])
+    b = frames_for([0.1, 0.1, 0.1, 0.95, 0.95, 0.95, 0.95])
+    clips = [VideoClip(a, TWO, FPS), VideoClip(b, TWO, FPS)]
+    deadlines = calibrate_deadlines(PixelJudge(), clips, quantile=0.5, margin=1.5)
+    # durations 3, 4, 5, 2 -> median 3.5 -> ceil(5.25) = 6
+    assert deadlines.steps == {"franka": {"press_button": 6}}
+    assert deadlines.samples == {"franka": {"press_button": 4}}
+    assert deadlines.default == 11 and deadlines.of("piper", "pick") == 11  # ceil(1.5 x 7 frames)
+    deadlines.save(tmp_path / "deadlines.json")
+    assert Deadlines.load(tmp_path / "deadlines.json") == deadlines
+
+
+def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():
+    online = BatchedJudge(PixelJudge(), rows=2)
+    with pytest.raises(RuntimeError, match="reset_rows"):
+        online.update(frames_for([0.1, 0.2]))
+    online.reset_rows([0, 1], TWO.subtasks, "franka")
+    np.testing.assert_allclose(online.update(frames_for([0.1, 0.6])), [0.1, 0.6], atol=0.003)
+    with pytest.raises(ValueError, match="expected"):
+        online.update(frames_for([0.1]))
+
+
+def test_measures_of_one_case_by_hand():
+    # Ground truth: subtask 0 completes at frame 2 (progress 1), subtask 1 fails.
+    video = Labelled(
+        images=frames_for([0.1, 0.5, 0.95, 0.95, 0.2, 0.4, 0.5, 0.5]),
+        composition=TWO,
+        fps=FPS,
+        subtask_index=np.array([0, 0, 0, 0, 1, 1, 1, 1]),
+        progress=np.array([0.0, 0.4, 1.0, 1.0, 0.0, 0.3, 0.6, 0.5], dtype=np.float32),
+        success=False,
+    )
+    assert completion_frames(video) == [2, -1]
+    verdict = judge_episode(PixelJudge(), video, LOOSE)
+    case = score_case(PixelJudge(), video, verdict)
+    assert case.failed and case.judged_failed and case.first_failed == 1 and case.judged_first_failed == 1
+    assert case.switches == [pytest.approx((0.3, 0.2))]  # detected at frame 3, true at frame 2
+    assert case.missed_switches == 0 and case.false_switches == 0
+    results = evaluate_judge(PixelJudge(), [video, _succeeded()], LOOSE)
+    row = results["all"]
+    assert row["episodes"] == 2 and row["failures"] == 1
+    assert (
+        row["failure_f1"] == 1.0 and row["outcome_accuracy"] == 1.0 and row["first_failed_agreement"] == 1.0
+    )
+    # switch errors: 0.1 s (failed video) and 0.1, 0.0 s (succeeded video) -> MAE 0.0667
+    assert row["switch_time_mae_s"] == pytest.approx(0.2 / 3)
+    assert -1 <= row["spearman_segment"] <= 1 and not math.isnan(row["spearman_online"])
+
+
+def _succeeded() -> Labelled:
+    return Labelled(
+        images=frames_for([0.2, 0.95, 0.95, 0.3, 0.95, 0.95]),
+        composition=TWO,
+        fps=FPS,
+        subtask_index=np.array([0, 0, 0, 1, 1, 1]),
+        progress=np.array([0.1, 1.0, 1.0, 0.2, 0.8, 1.0], dtype=np.float32),
+        success=True,
+        kind="demo",
+    )
+
+
+class _Camera:
+    """A robot whose camera shows a scripted trace, whatever it is told to do."""
+
+    def __init__(self, trace: list[float]) -> None:
+        self.frames, self.t = frames_for(trace), 0
+
+    def reset(self, composition, seed):
+        self.t = 0
+        return {OBS_IMAGE: self.frames[0]}
+
+    def step(self, action):
+        self.t += 1
+        return {OBS_IMAGE: self.frames[self.t]}
+
+
+class _Idle:
+    """A policy that never moves and never claims to be done."""
+
+    def skills(self):
+        return ("press_button",)
+
+    def reset(self):
+        pass
+
+    def act(self, obs, subtask, robot):
+        return np.zeros(8), 0.0
+
+    def version(self, skill):
+        return 0
+
+
+def test_router_with_the_judge_detector_switches_like_judge_episode():
+    # The router sees frames 1.. (frame 0 is the reset observation, before any step).
+    trace = [0.0, 0.2, 0.95, 0.95, 0.1, 0.3, 0.92, 0.93, 0.1]
+    router = Router(
+        _Idle(),
+        RouterConfig(detector="judge", deadline_steps=5),
+        detector_args={"judge": PixelJudge(), "robot": "franka", "verdict": VerdictConfig()},
+    )
+    trial = router.run(_Camera(trace), TWO, seed=0)
+    assert trial.outcome == "SUCCESS" and trial.switch_steps == [3, 7]
+    verdict = judge_episode(PixelJudge(), VideoClip(frames_for(trace[1:]), TWO, FPS), LOOSE)
+    assert [round(s * FPS) + 1 for s in verdict.switch_times] == trial.switch_steps
