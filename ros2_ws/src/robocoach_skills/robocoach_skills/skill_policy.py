@@ -25,7 +25,7 @@ from robocoach_skills.experts.model import ChunkPolicy
 
 @dataclass
 class ChunkExecutionConfig:
-    n_action_steps: int = 1  # actions executed from each predicted chunk before the next one is taken
+    n_action_steps: int = 4  # actions executed from each predicted chunk before the next one is taken
 
     def __post_init__(self) -> None:
         if self.n_action_steps < 1:

@@ -26,6 +26,7 @@ from robocoach_skills import action_contract
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.experts.model import ChunkPolicy
+from robocoach_skills.skill_policy import ChunkExecutionConfig
 from robocoach_world.judge.model import ProgressJudge
 from robocoach_world.judge.verdict import NEVER, BatchedJudge, Deadlines, DoneRule, VerdictConfig
 from robocoach_world.records import SOURCE_IMAGINED, TrialRecord
@@ -38,7 +39,7 @@ class ImaginationConfig:
     num_world_seeds: int = 3  # world-model noise samples per trial
     agreement: int = 2  # seeds that must report the same first failure for a trial to count
     horizon: int = 400  # most policy steps a trial may take, all subtasks together
-    n_action_steps: int = 1  # actions executed from each expert chunk before the expert is asked again
+    n_action_steps: int = ChunkExecutionConfig.n_action_steps  # as on the robot (LibraryPolicy)
     seed: int = 0  # seeds the world-model noise
     keep_frames: bool = False  # keep the imagined frames of one seed per trial (clips, the Imagine result)
 

@@ -122,7 +122,9 @@ class SkillExecutor(Node):
         experts_dir = declare("experts_dir", "").value  # backbone + adapters + deadlines
         policy_rate = declare("policy_rate_hz", 10.0).value  # expert steps per second [Hz]
         self.watchdog_s = declare("watchdog_s", 0.5).value  # hold if no command went out for this long [s]
-        n_action_steps = declare("n_action_steps", 1).value  # chunk steps executed per inference
+        n_action_steps = declare(
+            "n_action_steps", ChunkExecutionConfig.n_action_steps
+        ).value  # chunk steps executed per inference
         deadline_steps = declare("deadline_steps", 150).value  # where no deadline was calibrated [steps]
         detector = declare("detector", "done_head").value  # done_head, or judge: imagination's rule
         judge_dir = declare("judge_dir", "").value  # the progress judge (with detector judge)

@@ -32,6 +32,7 @@ from robocoach_skills.nodes.adapter_service import serve_load_adapter
 from robocoach_skills.nodes.conversions import image_to_msg, msg_to_composition, msg_to_image
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.sim.arms import get_arm
+from robocoach_skills.skill_policy import ChunkExecutionConfig
 from robocoach_world.imagine import ImaginationConfig, ImaginedTrial, imagine_composition
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.verdict import Deadlines
@@ -54,7 +55,9 @@ class WorldModelNode(Node):
         deadlines_file = declare("deadlines_file", "").value  # "" = <judge_dir>/deadlines.json
         experts_dir = declare("experts_dir", "").value  # backbone + adapters (the executor's registry)
         device = select_device(declare("device", "").value or None)  # "" = CUDA when present
-        self.n_action_steps = declare("n_action_steps", 1).value  # as the executor's parameter
+        self.n_action_steps = declare(
+            "n_action_steps", ChunkExecutionConfig.n_action_steps
+        ).value  # as the executor's parameter
         self.fps = declare("policy_rate_hz", 10.0).value  # imagined steps per second of robot time
         self.seed = declare("seed", 0).value  # world-model noise seed of the first goal (+1 per goal)
         torch.set_num_threads(declare("torch_threads", 1).value)
