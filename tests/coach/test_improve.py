@@ -101,3 +101,11 @@ def test_unknown_episodes_are_refused(setup):
     with pytest.raises(ValueError, match="episode_000999"):
         improve_experts(library, registry, store, {"pick": ["episode_000999"]}, round_index=0, config=CONFIG)
     assert registry.versions("pick") == [0]
+
+
+def test_another_coach_run_in_the_same_round_number_retrains(setup):
+    library, registry, store = setup
+    demos = {"pick": _new_demos(store, "pick", 2)}
+    improve_experts(library, registry, store, demos, round_index=0, config=CONFIG, run_id="0000abcd")
+    again = improve_experts(library, registry, store, demos, round_index=0, config=CONFIG, run_id="0000abce")
+    assert again[0].version == 2 and registry.versions("pick") == [0, 1, 2]

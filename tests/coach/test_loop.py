@@ -112,3 +112,22 @@ def test_config_and_state_must_agree_on_the_budget(world):
     state = CoachState.open(tmp_path / "other.json", budget=3)
     with pytest.raises(ValueError, match="budget"):
         Coach(CONFIG, state, [TASK_A], library, registry, store, MemoryPorts(store))
+
+
+def test_a_busy_station_is_asked_again_and_nothing_is_rejected(world):
+    tmp_path, store, library, registry = world
+
+    class BusyOnce(MemoryPorts):
+        def __init__(self, store):
+            super().__init__(store)
+            self.busy = 1
+
+        def collect(self, request):
+            if self.busy:
+                self.busy -= 1
+                return Collected([], "goal not accepted (the server is busy)", retry=True)
+            return super().collect(request)
+
+    history = _coach(tmp_path, store, library, registry, BusyOnce(store)).run()
+    assert not any(r["rejection"] for h in history for r in h["requests"])
+    assert sum(len(r["episode_ids"]) for h in history for r in h["requests"]) == CONFIG.budget

@@ -32,6 +32,7 @@ from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_skills.experts.train import update_adapter
 
 ROUND_METRIC = "coach/round"  # in the published metrics: which coach round produced the version
+RUN_METRIC = "coach/run"  # ... and which coach run (its 8-hex-digit run id as a number)
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,14 @@ def improve_experts(
     round_index: int,
     config: ImproveConfig | None = None,
     progress: bool = False,
+    run_id: str = "0",
 ) -> list[AdapterUpdate]:
-    """Retrain and publish the adapter of every skill in `demos` (skill -> new demo episode ids)."""
+    """Retrain and publish the adapter of every skill in `demos` (skill -> new demo episode ids).
+
+    A skill whose active version this run (`run_id`, hex) already published in this round is
+    reloaded, not retrained: that is a coach resuming after a crash.
+    """
+    run = float(int(run_id, 16))
     config = config or ImproveConfig()
     updates = []
     for skill, new_ids in sorted(demos.items()):
@@ -91,7 +98,11 @@ def improve_experts(
         replay = replay_sample(store, skill, new_ids, n_replay, config.seed + round_index)
         active = registry.active_version(skill)
         parent = registry.meta(skill, active) if active is not None else None
-        if parent is not None and parent.metrics.get(ROUND_METRIC) == round_index:
+        if (
+            parent is not None
+            and parent.metrics.get(ROUND_METRIC) == round_index
+            and parent.metrics.get(RUN_METRIC) == run
+        ):
             registry.activate(library, skill, active)  # published before a crash: load it, do not retrain
             updates.append(
                 AdapterUpdate(
@@ -117,6 +128,7 @@ def improve_experts(
         metrics = {
             **metrics,
             ROUND_METRIC: float(round_index),
+            RUN_METRIC: run,
             "coach/new_demos": float(len(new_ids)),
             "coach/replay_demos": float(len(replay)),
         }

@@ -57,6 +57,7 @@ class Collected:
 
     episode_ids: list[str]  # accepted demos, in the episode store
     rejection: str = ""  # why the station could not (fully) serve it; "" when it did
+    retry: bool = False  # the station was busy or unreachable: ask again later, reject nothing
 
 
 class CoachPorts(Protocol):
@@ -139,6 +140,13 @@ class Coach:
             if not current.remaining:
                 continue
             answer = self.ports.collect(current)
+            if answer.retry:  # e.g. still finishing a killed coach's goal: its demos get adopted next step
+                log.info(
+                    "request %s: station not available (%s); will ask again",
+                    current.request_id,
+                    answer.rejection,
+                )
+                return
             counted = sum(self.state.receive_demo(current.request_id, e) for e in answer.episode_ids)
             log.info(
                 "request %s (%s on %s): %d demos counted%s",
@@ -156,7 +164,7 @@ class Coach:
         # that a coach killed mid-push never told (a node may already run it; loading it twice is harmless).
         updates = improve_experts(
             self.library, self.registry, self.store, self.state.demos_by_skill(), self.state.round,
-            self.config.improve,
+            self.config.improve, run_id=self.state.run_id,
         )  # fmt: skip
         for update in updates:
             self.state.record_adapter(update.skill, update.version)

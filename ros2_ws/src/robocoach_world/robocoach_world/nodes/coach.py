@@ -123,15 +123,19 @@ class RosPorts:
         )
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.node.request_pub.publish(msg)
+        node = self.node
         try:
-            result = self.node.run_goal(
-                self.node.collect_client, CollectDemo.Goal(request=msg), self.node.collect_timeout_s,
+            status, result = node.goal_outcome(
+                node.collect_client, CollectDemo.Goal(request=msg), node.collect_timeout_s,
                 f"CollectDemo {request.request_id}",
             )  # fmt: skip
-        except CallFailedError as error:
-            return Collected([], str(error))
+        except CallFailedError as error:  # busy, unreachable or silent: nothing is rejected
+            time.sleep(node.retry_wait_s)
+            return Collected([], str(error), retry=True)
         accepted = [e.episode_id for e in result.episodes if e.accepted]
-        return Collected(accepted, "" if result.success else result.message or "not all demos were accepted")
+        if status != STATUS_SUCCEEDED or not result.success:  # the station's own, explicit answer
+            return Collected(accepted, result.message or f"the station ended the goal with status {status}")
+        return Collected(accepted)
 
     # ------------------------------------------------------------------ Improve
     def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None:
@@ -195,6 +199,7 @@ class CoachNode(Node):
         replay_ratio = declare("replay_ratio", 0.5).value
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
         self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
+        self.retry_wait_s = declare("retry_wait_s", 5.0).value  # before asking a busy station again
         self.exit_when_done = declare("exit_when_done", False).value
         torch.set_num_threads(declare("torch_threads", 1).value)
         if not str(experts_dir) or not str(store_dir):
@@ -275,16 +280,22 @@ class CoachNode(Node):
             raise CallFailedError(f"{what}: service {client.srv_name} is not available")
         return self._wait(client.call_async(request), timeout_s, what)
 
-    def run_goal(self, client: ActionClient, goal, timeout_s: float, what: str):
+    def goal_outcome(self, client: ActionClient, goal, timeout_s: float, what: str):
+        """(final status, result) of a goal; CallFailedError if it could not be sent or never ended."""
         if not client.wait_for_server(timeout_sec=30.0):
             raise CallFailedError(f"{what}: action server is not available")
         handle = self._wait(client.send_goal_async(goal), 30.0, what)
         if not handle.accepted:
-            raise CallFailedError(f"{what}: goal rejected")
+            raise CallFailedError(f"{what}: goal not accepted (the server is busy)")
         answer = self._wait(handle.get_result_async(), timeout_s, what)
-        if answer.status != STATUS_SUCCEEDED:
-            raise CallFailedError(f"{what}: goal ended with status {answer.status}")
-        return answer.result
+        return answer.status, answer.result
+
+    def run_goal(self, client: ActionClient, goal, timeout_s: float, what: str):
+        """The result of a goal that must succeed."""
+        status, result = self.goal_outcome(client, goal, timeout_s, what)
+        if status != STATUS_SUCCEEDED:
+            raise CallFailedError(f"{what}: goal ended with status {status}")
+        return result
 
     # ------------------------------------------------------------------ initial observations
     def _on_image(self, msg: Image) -> None:
