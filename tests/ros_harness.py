@@ -72,6 +72,20 @@ def call_service(node: Node, srv_type, name: str, request, timeout_s: float = 30
     return future.result()
 
 
+def send_goal(node: Node, client, goal, timeout_s: float = 30.0):
+    """Send `goal` through the action `client` and wait until it is accepted.
+
+    Returns the goal handle and the list that collects the goal's feedback messages as they arrive
+    (while the caller spins `node`).
+    """
+    spin_until(node, client.server_is_ready, timeout_s, "action server")
+    feedback: list = []
+    sent = client.send_goal_async(goal, feedback_callback=lambda msg: feedback.append(msg.feedback))
+    spin_until(node, sent.done, timeout_s, "goal acceptance")
+    assert sent.result().accepted, "the action server rejected the goal"
+    return sent.result(), feedback
+
+
 @dataclass
 class NodeProcess:
     """A node under test: its process and everything it has printed so far."""

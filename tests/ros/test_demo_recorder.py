@@ -31,7 +31,7 @@ from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.nodes.conversions import subtask_to_msg
 from robocoach_skills.nodes.demo_recorder import INPUT_QOS, LATCHED_QOS, OPERATOR_QOS
 from robocoach_skills.teleop.session import incomplete_takes
-from ros_harness import running_node, spin_until
+from ros_harness import running_node, send_goal, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -102,13 +102,8 @@ def station(ros_probe, tmp_path):
 
 
 def _start(probe, station, request: DemoRequest):
-    feedback: list[str] = []
-    sent = station["client"].send_goal_async(
-        CollectDemo.Goal(request=request), feedback_callback=lambda m: feedback.append(m.feedback.status)
-    )
-    spin_until(probe, sent.done, TIMEOUT_S, "goal acceptance")
-    assert sent.result().accepted
-    return sent.result(), feedback
+    """Send a CollectDemo goal; returns its handle and its feedback messages (arriving as `probe` spins)."""
+    return send_goal(probe, station["client"], CollectDemo.Goal(request=request), TIMEOUT_S)
 
 
 def _type(probe, station, keys: str) -> None:
@@ -127,9 +122,11 @@ def test_teleop_take_is_accepted_stored_and_exported(ros_probe, station):
     assert "press_button(red_button)" in listed and "41%" in listed and "seeds: 3" in listed
 
     handle, feedback = _start(ros_probe, station, _request("req-press"))
-    spin_until(ros_probe, lambda: any("recording" in f for f in feedback), TIMEOUT_S, "recording")
+    spin_until(ros_probe, lambda: any("recording" in f.status for f in feedback), TIMEOUT_S, "recording")
     _type(ros_probe, station, PRESS_KEYS + "\n")  # drive, then Enter ends the take
-    spin_until(ros_probe, lambda: any("accept (y)" in f for f in feedback), TIMEOUT_S, "verdict prompt")
+    spin_until(
+        ros_probe, lambda: any("accept (y)" in f.status for f in feedback), TIMEOUT_S, "verdict prompt"
+    )
     station["command"].publish(String(data="accept"))
     result = handle.get_result_async()
     spin_until(ros_probe, result.done, TIMEOUT_S, "result")
@@ -185,7 +182,7 @@ def test_unservable_requests_are_rejected_with_a_reason(ros_probe, station):
 
 def test_recorder_killed_mid_take_leaves_the_store_intact(ros_probe, station):
     _, feedback = _start(ros_probe, station, _request("req-killed"))
-    spin_until(ros_probe, lambda: any("recording" in f for f in feedback), TIMEOUT_S, "recording")
+    spin_until(ros_probe, lambda: any("recording" in f.status for f in feedback), TIMEOUT_S, "recording")
     _type(ros_probe, station, "ssss")
     os.killpg(station["process"].process.pid, signal.SIGKILL)
     station["process"].process.wait(timeout=TIMEOUT_S)

@@ -13,12 +13,17 @@ import time
 import numpy as np
 import pytest
 import yaml
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
+from robot_topics import (
+    Listener,
+    command_publisher,
+    joint_positions,
+    listen_to_robot,
+    newest_refusal,
+    nudge_joint_0,
+)
 from std_msgs.msg import Empty, String
 
 from robocoach_bringup.processes import stop_process
-from robocoach_skills.constants import TOPIC_CAMERA, TOPIC_JOINT_COMMAND, TOPIC_JOINT_STATES
 from robocoach_skills.nodes.conversions import command_to_joint_state, msg_to_image
 from robocoach_skills.nodes.robot_driver import COMMAND_QOS, STATUS_QOS
 from robocoach_skills.sim.arms import get_arm
@@ -53,99 +58,52 @@ def driver(ros_probe, tmp_path_factory):
         yield node
 
 
-class Listener:
-    """Arrival times and last message of a topic."""
-
-    def __init__(self, probe, msg_type, topic, qos=qos_profile_sensor_data):
-        self.times: list[float] = []
-        self.last = None
-        self.subscription = probe.create_subscription(msg_type, topic, self._on_msg, qos)
-
-    def _on_msg(self, msg):
-        self.times.append(time.monotonic())
-        self.last = msg
-
-    def rate(self) -> float:
-        return (len(self.times) - 1) / (self.times[-1] - self.times[0])
-
-
-def _joint_positions(probe) -> np.ndarray:
-    listener = Listener(probe, JointState, TOPIC_JOINT_STATES)
-    try:
-        spin_until(probe, lambda: len(listener.times) >= 2, TIMEOUT_S, "joint states")
-        return np.array(listener.last.position)
-    finally:
-        probe.destroy_subscription(listener.subscription)
+REFUSED = "refused ("  # how the driver's log starts a refusal's reason
 
 
 @pytest.fixture
 def commands(ros_probe, driver):
-    publisher = ros_probe.create_publisher(JointState, TOPIC_JOINT_COMMAND, COMMAND_QOS)
-    spin_until(ros_probe, lambda: publisher.get_subscription_count() > 0, TIMEOUT_S, "command subscriber")
-    yield publisher
-    ros_probe.destroy_publisher(publisher)
-
-
-def _newest_refusal(node, refusals_before: int, probe) -> str:
-    spin_until(
-        probe, lambda: node.log().count("refused (") > refusals_before, TIMEOUT_S, "a refusal in the log"
-    )
-    return [line for line in node.log().splitlines() if "refused (" in line][-1]
+    with command_publisher(ros_probe, COMMAND_QOS) as publisher:
+        yield publisher
 
 
 def test_publishes_joint_states_and_camera_at_their_rates(ros_probe, driver):
-    joints = Listener(ros_probe, JointState, TOPIC_JOINT_STATES)
-    camera = Listener(ros_probe, Image, TOPIC_CAMERA)
-    try:
-        spin_until(ros_probe, lambda: joints.times and camera.times, TIMEOUT_S, "first messages")
-        start = time.monotonic()
-        spin_until(ros_probe, lambda: time.monotonic() - start > 3.0, 10.0, "3 s of traffic")
-        assert joints.rate() == pytest.approx(PARAMETERS["joint_state_rate_hz"], rel=RATE_TOLERANCE)
-        assert camera.rate() == pytest.approx(PARAMETERS["camera_rate_hz"], rel=RATE_TOLERANCE)
-        assert list(joints.last.name) == [*ARM.joint_names, "gripper"]
-        image = msg_to_image(camera.last)
-        assert image.shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and image.std() > 0  # a rendered scene
-    finally:
-        ros_probe.destroy_subscription(joints.subscription)
-        ros_probe.destroy_subscription(camera.subscription)
+    joints, camera = listen_to_robot(ros_probe)
+    assert joints.rate() == pytest.approx(PARAMETERS["joint_state_rate_hz"], rel=RATE_TOLERANCE)
+    assert camera.rate() == pytest.approx(PARAMETERS["camera_rate_hz"], rel=RATE_TOLERANCE)
+    assert list(joints.last.name) == [*ARM.joint_names, "gripper"]
+    image = msg_to_image(camera.last)
+    assert image.shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and image.std() > 0  # a rendered scene
 
 
 def test_a_command_moves_the_arm(ros_probe, commands):
-    target = _joint_positions(ros_probe)
-    target[0] += 0.03  # rad, inside one policy period of the velocity limit
-    commands.publish(command_to_joint_state(target, ARM.joint_names))
-    spin_until(
-        ros_probe,
-        lambda: abs(_joint_positions(ros_probe)[0] - target[0]) < 0.01,
-        TIMEOUT_S,
-        "joint 0 to reach the commanded target",
-    )
+    nudge_joint_0(ros_probe, commands, ARM.joint_names)
 
 
 def test_a_nan_command_is_refused_and_the_arm_holds(ros_probe, driver, commands):
-    before = _joint_positions(ros_probe)
-    refusals = driver.log().count("refused (")
+    before = joint_positions(ros_probe)
+    refusals = driver.log().count(REFUSED)
     command = before.copy()
     command[1] = math.nan
     commands.publish(command_to_joint_state(command, ARM.joint_names))
-    assert "non-finite values" in _newest_refusal(driver, refusals, ros_probe)
+    assert "non-finite values" in newest_refusal(ros_probe, driver, REFUSED, refusals)
     time.sleep(0.5)
-    assert np.abs(_joint_positions(ros_probe)[: ARM.n_joints] - before[: ARM.n_joints]).max() < 0.01  # rad
+    assert np.abs(joint_positions(ros_probe)[: ARM.n_joints] - before[: ARM.n_joints]).max() < 0.01  # rad
 
 
 def test_an_out_of_limit_command_is_clipped(ros_probe, driver, commands):
-    start = _joint_positions(ros_probe)
-    refusals = driver.log().count("refused (")
+    start = joint_positions(ros_probe)
+    refusals = driver.log().count(REFUSED)
     command = start.copy()
     command[0] = ARM.upper[0] + 0.5  # rad past the limit
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:  # streamed, as the executor does
         commands.publish(command_to_joint_state(command, ARM.joint_names))
         time.sleep(0.1)
-    after = _joint_positions(ros_probe)
+    after = joint_positions(ros_probe)
     assert after[0] > start[0] + 0.1  # it followed toward the limit (rad)
     assert after[0] <= ARM.upper[0] + 0.01  # and stayed inside it (rad)
-    assert driver.log().count("refused (") == refusals
+    assert driver.log().count(REFUSED) == refusals
 
 
 def test_estop_latches_a_fault_and_later_commands_are_refused(ros_probe, driver, commands):
@@ -160,14 +118,14 @@ def test_estop_latches_a_fault_and_later_commands_are_refused(ros_probe, driver,
             ros_probe, lambda: json.loads(status.last.data)["level"] == "ERROR", TIMEOUT_S, "the fault"
         )
         assert "emergency stop" in json.loads(status.last.data)["message"]
-        before = _joint_positions(ros_probe)
-        refusals = driver.log().count("refused (")
+        before = joint_positions(ros_probe)
+        refusals = driver.log().count(REFUSED)
         command = before.copy()
         command[0] += 0.03
         commands.publish(command_to_joint_state(command, ARM.joint_names))
-        assert "emergency stop" in _newest_refusal(driver, refusals, ros_probe)
+        assert "emergency stop" in newest_refusal(ros_probe, driver, REFUSED, refusals)
         time.sleep(0.5)
-        assert abs(_joint_positions(ros_probe)[0] - before[0]) < 0.005  # rad: did not move
+        assert abs(joint_positions(ros_probe)[0] - before[0]) < 0.005  # rad: did not move
     finally:
         ros_probe.destroy_subscription(status.subscription)
         ros_probe.destroy_publisher(estop)

@@ -17,7 +17,7 @@ from robocoach_skills.constants import ACTION_COLLECT_DEMO, TOPIC_DEMO_EPISODES,
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.nodes.conversions import subtask_to_msg
 from robocoach_skills.nodes.station import OPERATOR_QOS
-from ros_harness import running_node, spin_until
+from ros_harness import running_node, send_goal, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -68,14 +68,9 @@ def station(ros_probe, tmp_path_factory):
 
 
 def _collect(probe, station, request: DemoRequest):
-    """Send a CollectDemo goal and wait for its end; returns (status, result, feedback texts)."""
-    feedback: list[str] = []
-    sent = station["client"].send_goal_async(
-        CollectDemo.Goal(request=request), feedback_callback=lambda m: feedback.append(m.feedback.status)
-    )
-    spin_until(probe, sent.done, TIMEOUT_S, "goal acceptance")
-    assert sent.result().accepted
-    done = sent.result().get_result_async()
+    """Send a CollectDemo goal and wait for its end; returns (status, result, feedback messages)."""
+    handle, feedback = send_goal(probe, station["client"], CollectDemo.Goal(request=request), TIMEOUT_S)
+    done = handle.get_result_async()
     spin_until(probe, done.done, TIMEOUT_S, "result")
     return done.result().status, done.result().result, feedback
 
@@ -94,7 +89,7 @@ def test_requested_demos_are_recorded_stored_and_published(ros_probe, station):
     accepted = [e for e in result.episodes if e.accepted]
     assert len(accepted) == 2 and [e.initial_state_seed for e in accepted] == SEEDS  # one demo per seed
     assert all(e.rejection_reason for e in result.episodes if not e.accepted)  # discarded takes say why
-    assert any("take 1: seed 3" in f for f in feedback)
+    assert any("take 1: seed 3" in f.status for f in feedback)
     store = EpisodeStore(station["store"])
     assert store.info.image_size == (64, 64)
     for answer in accepted:

@@ -26,7 +26,7 @@ from robocoach_skills.nodes.conversions import composition_to_msg
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
-from ros_harness import call_service, running_node, spin_until
+from ros_harness import call_service, running_node, send_goal, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -66,15 +66,11 @@ def robot_graph(ros_probe, experts_dir):
 
 def _send(probe, composition: Composition, seed: int = 3):
     client = ActionClient(probe, ExecuteTask, ACTION_EXECUTE_TASK)
-    spin_until(probe, client.server_is_ready, TIMEOUT_S, "ExecuteTask server")
     goal = ExecuteTask.Goal(
         composition=composition_to_msg(composition), initial_state_seed=seed, reset_scene=True
     )
-    feedback = []
-    sent = client.send_goal_async(goal, feedback_callback=lambda msg: feedback.append(msg.feedback))
-    spin_until(probe, sent.done, TIMEOUT_S, "goal acceptance")
-    assert sent.result().accepted
-    return client, sent.result(), feedback
+    handle, feedback = send_goal(probe, client, goal, TIMEOUT_S)
+    return client, handle, feedback
 
 
 def test_get_experts_lists_every_skill(ros_probe, robot_graph):

@@ -13,7 +13,7 @@ from robocoach_skills.constants import ACTION_IMAGINE, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.nodes.conversions import composition_to_msg, image_to_msg
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
-from ros_harness import running_node, spin_until
+from ros_harness import running_node, send_goal, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -58,12 +58,8 @@ def _goal(num_rollouts: int, horizon: int, frames: bool = False, drop_proprio: b
 
 def _send(probe, goal: Imagine.Goal):
     client = ActionClient(probe, Imagine, ACTION_IMAGINE)
-    spin_until(probe, client.server_is_ready, TIMEOUT_S, "Imagine server")
-    feedback = []
-    sent = client.send_goal_async(goal, feedback_callback=lambda msg: feedback.append(msg.feedback))
-    spin_until(probe, sent.done, TIMEOUT_S, "goal acceptance")
-    assert sent.result().accepted
-    return client, sent.result(), feedback
+    handle, feedback = send_goal(probe, client, goal, TIMEOUT_S)
+    return client, handle, feedback
 
 
 def _result(probe, handle):

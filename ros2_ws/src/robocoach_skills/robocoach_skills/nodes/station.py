@@ -15,7 +15,6 @@ A station subclasses `OperatorStation`, declares its parameters, builds its sess
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -37,8 +36,11 @@ from robocoach_skills.constants import (
 from robocoach_skills.nodes.conversions import image_to_msg, msg_to_subtask, subtask_to_msg
 from robocoach_skills.robots import RobotError
 from robocoach_skills.teleop.session import (
+    CancelCheck,
     DemoRequestSpec,
     DemoTarget,
+    OnStatus,
+    OnTake,
     RequestRejectedError,
     TakeCanceledError,
     TakeResult,
@@ -67,11 +69,7 @@ class DemoCollector(Protocol):
     """A station's recording session (`session.DemoSession`, `scripted.ScriptedSession`)."""
 
     def collect(
-        self,
-        target: DemoTarget,
-        on_status: Callable[[str, int], None],
-        canceled: Callable[[], bool],
-        on_take: Callable[[TakeResult], None] | None = None,
+        self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]: ...
 
 

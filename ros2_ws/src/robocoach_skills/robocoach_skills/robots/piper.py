@@ -38,11 +38,12 @@ CAN-monitor thread running (one idle daemon thread per channel ever connected).
 
 from __future__ import annotations
 
+import abc
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -198,16 +199,51 @@ def _wait_until(predicate: Callable[[], bool], timeout: float, period: float) ->
         time.sleep(period)
 
 
-# ---------------------------------------------------------------------------------------------- backend
+# ---------------------------------------------------------------------------------------------- backends
+class PiperTiming(Protocol):
+    """What every PiPER backend's config says about time."""
+
+    policy_hz: float  # action rate [Hz]
+    feedback_timeout: float  # no joint feedback for this long -> hold and fault [s]
+
+
+class PiperBase(Robot):
+    """What both PiPER transports share (piper_sdk here, piper_ros): the arm, and when feedback is stale.
+
+    A subclass says how old its last joint feedback is (`_feedback_age`); older than
+    `config.feedback_timeout` is stale, and `_feedback_health` then reports the fault.
+    """
+
+    def __init__(self, config: PiperTiming):
+        super().__init__(get_arm("piper"), 1.0 / config.policy_hz)
+        self.config = config
+
+    @abc.abstractmethod
+    def _feedback_age(self) -> float:
+        """Seconds since the last joint feedback."""
+
+    def _feedback_fresh(self) -> bool:
+        return self._feedback_age() <= self.config.feedback_timeout
+
+    def _feedback_health(self, feedback: str) -> RobotHealth:
+        """A fault naming `feedback` (what the transport calls its joint feedback) when it is stale."""
+        age = self._feedback_age()
+        if age > self.config.feedback_timeout:
+            return RobotHealth.fault(
+                f"lost PiPER {feedback}: none for {age:.3f} s (timeout {self.config.feedback_timeout} s)"
+            )
+        return HEALTHY
+
+
 @register_robot("piper_sdk")
-class PiperRobot(Robot):
+class PiperRobot(PiperBase):
     """A PiPER (6 joints + parallel gripper) in CAN command mode, MOVE J, through piper_sdk."""
 
     config_class = PiperConfig
+    config: PiperConfig
 
     def __init__(self, config: PiperConfig):
-        super().__init__(get_arm("piper"), 1.0 / config.policy_hz)
-        self.config = config
+        super().__init__(config)
         self._sdk: Any = None  # piper_sdk.C_PiperInterface_V2 while connected
 
     @property
@@ -272,18 +308,11 @@ class PiperRobot(Robot):
         """Seconds since the last joint-feedback frame (CAN receive timestamps are wall-clock)."""
         return time.time() - self._sdk.GetArmJointMsgs().time_stamp
 
-    def _feedback_fresh(self) -> bool:
-        return self._feedback_age() <= self.config.feedback_timeout
-
     def _health(self) -> RobotHealth:
-        age = self._feedback_age()
-        if age > self.config.feedback_timeout:
-            return RobotHealth.fault(
-                f"lost PiPER joint feedback: none for {age:.3f} s (timeout {self.config.feedback_timeout} s)"
-            )
-        if not self._sdk.isOk():
+        health = self._feedback_health("joint feedback")
+        if health.ok and not self._sdk.isOk():
             return RobotHealth.fault("piper_sdk reports its CAN reader receives no frames (isOk() is False)")
-        return HEALTHY
+        return health
 
     def _joint_positions(self) -> np.ndarray:
         state = self._sdk.GetArmJointMsgs().joint_state

@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 
 from robocoach_skills.constants import OBS_PROPRIO
-from robocoach_skills.robots.base import HEALTHY, Robot, RobotFaultError, RobotHealth, register_robot
+from robocoach_skills.robots.base import RobotFaultError, RobotHealth, register_robot
 from robocoach_skills.robots.piper import (
     MICROMETRES_PER_METRE,
+    PiperBase,
     joint_targets_millideg,
     micrometres_to_opening,
     millideg_to_rad,
     opening_to_micrometres,
 )
-from robocoach_skills.sim.arms import get_arm
 
 DRIVER_JOINTS = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
 DRIVER_GRIPPER = "joint7"  # the driver's name for the gripper opening [m] in commands
@@ -90,14 +90,14 @@ def _enable_type() -> Any:
 
 
 @register_robot("piper_ros")
-class PiperRosRobot(Robot):
+class PiperRosRobot(PiperBase):
     """A PiPER (6 joints + parallel gripper) commanded through piper_ros's JointState interface."""
 
     config_class = PiperRosConfig
+    config: PiperRosConfig
 
     def __init__(self, config: PiperRosConfig):
-        super().__init__(get_arm("piper"), 1.0 / config.policy_hz)
-        self.config = config
+        super().__init__(config)
         self._ros: tuple[Any, Any, Any, threading.Thread] | None = None  # context, node, executor, spinner
         self._publisher: Any = None
         self._lock = threading.Lock()
@@ -193,16 +193,8 @@ class PiperRosRobot(Robot):
         with self._lock:
             return time.monotonic() - self._stamp
 
-    def _feedback_fresh(self) -> bool:
-        return self._feedback_age() <= self.config.feedback_timeout
-
     def _health(self) -> RobotHealth:
-        age = self._feedback_age()
-        if age > self.config.feedback_timeout:
-            return RobotHealth.fault(
-                f"lost PiPER joint states: none for {age:.3f} s (timeout {self.config.feedback_timeout} s)"
-            )
-        return HEALTHY
+        return self._feedback_health("joint states")
 
     def _measured(self) -> np.ndarray:
         with self._lock:

@@ -15,7 +15,6 @@ Accepted takes are in the episode store (atomic) before anyone is told.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from robocoach_skills.data.store import EpisodeStore
@@ -23,7 +22,10 @@ from robocoach_skills.operator import OperatorConfig, ScriptedOperator
 from robocoach_skills.sim.scene import SimScene
 from robocoach_skills.teleop.session import (
     NOT_SUCCEEDED,
+    CancelCheck,
     DemoTarget,
+    OnStatus,
+    OnTake,
     TakeCanceledError,
     TakeResult,
     finish_take,
@@ -68,11 +70,7 @@ class ScriptedSession:
         self.scene, self.store, self.config = scene, store, config
 
     def collect(
-        self,
-        target: DemoTarget,
-        on_status: Callable[[str, int], None],
-        canceled: Callable[[], bool],
-        on_take: Callable[[TakeResult], None] | None = None,
+        self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]:
         """Record takes until every demo slot has an accepted take or has spent its takes.
 

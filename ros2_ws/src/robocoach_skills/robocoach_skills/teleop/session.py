@@ -250,6 +250,12 @@ class TakeResult:
     preview: list[np.ndarray] = field(default_factory=list)
 
 
+# The callbacks of a demo session's `collect` (`DemoSession`, `scripted.ScriptedSession`):
+OnStatus = Callable[[str, int], None]  # on_status(text, accepted_so_far)
+CancelCheck = Callable[[], bool]  # canceled(): True once the goal is canceled
+OnTake = Callable[[TakeResult], None]  # on_take(result), after every take
+
+
 def finish_take(
     episode: Episode, seed: int, store: EpisodeStore, rejection_reason: str, preview_frames: int
 ) -> TakeResult:
@@ -271,7 +277,7 @@ def finish_take(
     return result
 
 
-def _prefixed(on_status: Callable[[str, int], None], prefix: str, accepted: int, text: str) -> None:
+def _prefixed(on_status: OnStatus, prefix: str, accepted: int, text: str) -> None:
     on_status(prefix + text, accepted)
 
 
@@ -360,11 +366,7 @@ class DemoSession:
 
     # ------------------------------------------------------------------ takes
     def collect(
-        self,
-        target: DemoTarget,
-        on_status: Callable[[str, int], None],
-        canceled: Callable[[], bool],
-        on_take: Callable[[TakeResult], None] | None = None,
+        self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]:
         """Record takes until `count` are accepted or the take allowance is spent.
 
