@@ -9,7 +9,9 @@ import pytest
 from robocoach_skills.measures import (
     budget_auc,
     failure_f1,
+    mcnemar_exact,
     mmrv,
+    paired_discordance,
     pearson,
     spearman,
     success_rate,
@@ -71,3 +73,19 @@ def test_failure_f1_by_hand():
 
 def test_switch_time_mae():
     assert switch_time_mae([1.0, 2.5, 4.0], [1.5, 2.5, 3.0]) == pytest.approx(0.5)
+
+
+def test_mcnemar_exact_by_hand():
+    assert mcnemar_exact(0, 5) == pytest.approx(2 / 32)  # 2 * P(X <= 0), X ~ Bin(5, 1/2)
+    assert mcnemar_exact(9, 1) == pytest.approx(2 * 11 / 1024)  # 2 * (1 + 10) / 2**10, symmetric
+    assert mcnemar_exact(3, 3) == 1.0  # 2 * P(X <= 3) > 1 is capped
+    assert mcnemar_exact(0, 0) == 1.0  # no discordant pair: no evidence either way
+    with pytest.raises(ValueError, match=">= 0"):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_discordance_counts_only_disagreements():
+    assert paired_discordance([True, True, False, False, True], [True, False, True, True, False]) == (2, 2)
+    assert paired_discordance([False, False], [True, False]) == (0, 1)
+    with pytest.raises(ValueError, match="equally long"):
+        paired_discordance([True], [True, False])

@@ -2,6 +2,7 @@
 
 robocoach demo --quick          # the main job, small profile
 robocoach demo --help           # every option with its default
+robocoach experiment --profile reduced --run runs/quick1   # the matched-budget comparison
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import tyro
 
 from robocoach_bringup.demo import DemoConfig, run_demo
+from robocoach_bringup.experiment import ExperimentConfig, run_experiment
 
 
 def _demo(config: DemoConfig) -> int:
@@ -23,7 +25,13 @@ def _demo(config: DemoConfig) -> int:
     return 0
 
 
-COMMANDS = {"demo": (DemoConfig, _demo)}
+def _experiment(config: ExperimentConfig) -> int:
+    run_experiment(config)
+    print(f"report: {config.output / 'report.md'}")
+    return 0
+
+
+COMMANDS = {"demo": (DemoConfig, _demo), "experiment": (ExperimentConfig, _experiment)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,3 +96,26 @@ def switch_time_mae(detected_s: Sequence[float], actual_s: Sequence[float]) -> f
     """Mean absolute error of detected subtask boundaries [s], over boundaries both sides have."""
     d, a = _pairs(detected_s, actual_s)
     return float(np.mean(np.abs(d - a)))
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes (same initial states, two methods).
+
+    `only_a`: pairs where only method A succeeded; `only_b`: only B. Pairs where both agree carry no
+    information. Under H0 the discordant pairs split as Binomial(n, 1/2); p = min(1, 2 P(X <= min)).
+    E.g. 0 vs 5 discordant: 2 / 2**5 = 0.0625; 1 vs 9: 2 * 11 / 2**10 = 0.0215; 0 vs 0: 1.
+    """
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * stats.binom.cdf(min(only_a, only_b), n, 0.5)))
+
+
+def paired_discordance(a: Sequence[bool], b: Sequence[bool]) -> tuple[int, int]:
+    """(only A succeeded, only B succeeded) over outcomes paired by initial state."""
+    x, y = (np.asarray(v, dtype=bool) for v in (a, b))
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"need two equally long outcome sequences, got shapes {x.shape} and {y.shape}")
+    return int(np.sum(x & ~y)), int(np.sum(~x & y))

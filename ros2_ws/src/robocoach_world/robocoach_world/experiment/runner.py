@@ -1,0 +1,307 @@
+"""One (method, arm, seed) run of the comparison: the coach's loop over LocalPorts, evaluated per round.
+
+    result = run_one(inputs, run_dir, RunSpec("robocoach", "franka", seed=0), RunSettings())
+
+`inputs` is a `robocoach demo` run directory (episodes/, experts/, world/, judge/). The run works in
+`run_dir` on its own copies of the bootstrap experts and demo store (demos it collects land there),
+keeps its coach state there, and evaluates the experts before coaching and after every round on the
+fixed evaluation seeds (deployed on the simulator, the judge switching subtasks as the executor does,
+scored by the simulator's ground truth). Each checkpoint's evaluation is its own file, written
+before the next round starts, and `result.json` + `DONE` mark a finished run: an interrupted run
+resumes through `CoachState` and skips the checkpoints it already evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from robocoach_skills.bootstrap import ADAPTERS_DIR, BACKBONE_DIR, load_experts
+from robocoach_skills.checkpoint import json_bytes
+from robocoach_skills.composition import Composition
+from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.evaluation import evaluate, evaluation_seeds
+from robocoach_skills.experts.artifacts import load_backbone
+from robocoach_skills.experts.baselines import SharedAdapterPolicy
+from robocoach_skills.experts.model import ExpertLibrary
+from robocoach_skills.experts.registry import AdapterRegistry
+from robocoach_skills.experts.train import update_adapter
+from robocoach_skills.router import Router, RouterConfig
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skill_policy import LibraryPolicy
+from robocoach_skills.tasks import get_composition, held_out_compositions, training_compositions
+from robocoach_skills.teleop.scripted import ScriptedSession, ScriptedSessionConfig
+from robocoach_world.coach.allocation import AllocationConfig
+from robocoach_world.coach.diagnosis import DiagnosisConfig
+from robocoach_world.coach.improve import ROUND_METRIC, ImproveConfig
+from robocoach_world.coach.loop import Coach, CoachConfig
+from robocoach_world.coach.state import CoachState
+from robocoach_world.experiment.methods import METHODS, Method, PolicyKind, Targets
+from robocoach_world.experiment.ports import (
+    DeployedTargets,
+    InitialObservations,
+    LocalPorts,
+    PriorTargets,
+    TargetSource,
+    WorldModelTargets,
+)
+from robocoach_world.imagine import ImaginationConfig, imagination_seeds
+from robocoach_world.judge.detector import judge_detector_args
+from robocoach_world.world.artifacts import load_world
+
+log = logging.getLogger("robocoach.experiment")
+
+STATE_FILE, RESULT_FILE, DONE_FILE = "coach_state.json", "result.json", "DONE"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    method: str  # a name in METHODS
+    robot: str
+    seed: int  # seeds adapter updates, imagination noise, the operator's hand and random targets
+
+    @property
+    def key(self) -> str:
+        return f"{self.method}/{self.robot}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every run shares: the matched budget, schedule and evaluation."""
+
+    budget: int = 150  # subtask demos per arm
+    demos_per_round: int = 50
+    eval_rollouts: int = 20  # evaluation initial states per composition (evaluation_seeds)
+    training: tuple[str, ...] = ()  # training compositions coached and evaluated; () = all
+    held_out: tuple[str, ...] = ()  # held-out compositions evaluated; () = all four
+    initial_states: int = 8  # real initial observations per composition imagined from
+    imagined_rollouts: int = 64  # imagined trials per composition and round
+    num_world_seeds: int = 3
+    horizon: int = 300  # imagined policy steps per trial
+    adapter_steps: int = 300  # optimiser steps per retrained adapter
+    min_reach: int = 5  # diagnosis: pairs reached by fewer valid trials get no demos
+    shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
+    max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up
+    image_size: int = 64  # must match the input run's episodes
+
+    def __post_init__(self) -> None:
+        if self.budget < 1 or self.demos_per_round < 1 or self.eval_rollouts < 1:
+            raise ValueError(f"budget, demos_per_round and eval_rollouts must be >= 1: {self}")
+
+
+@dataclass
+class Checkpoint:
+    """Deployed success of one budget checkpoint (before coaching, then after each round)."""
+
+    round: int  # rounds closed before it
+    demos: int  # subtask demos spent so far
+    demo_frames: int  # frames of those demos
+    versions: dict[str, int]
+    outcomes: dict[str, list[bool]] = field(default_factory=dict)  # composition -> success per eval seed
+    first_failed: dict[str, list[int]] = field(default_factory=dict)  # composition -> per eval seed
+    seconds: float = 0.0
+
+
+def compositions_of(robot: str, settings: RunSettings) -> tuple[list[Composition], list[Composition]]:
+    """(training, held-out) compositions evaluated; training ones are also the ones coached."""
+    train = [get_composition(robot, n) for n in settings.training] or training_compositions(robot)
+    held = [get_composition(robot, n) for n in settings.held_out] or held_out_compositions(robot)
+    return train, held
+
+
+# ---------------------------------------------------------------------------------- experts
+def _fit_shared_adapter(library: SharedAdapterPolicy, store: EpisodeStore, steps: int, seed: int) -> None:
+    """The shared adapter starts at zero; fit it (and the heads) on the bootstrap demos, skill by skill
+    in short turns so no skill is trained last for long (update_adapter trains one skill's batches)."""
+    turns = 5
+    for turn in range(turns):
+        for skill in library.skills:
+            dataset = EpisodeDataset(
+                store,
+                DatasetConfig(chunk_len=library.config.chunk_len, skill=skill, kind="demo", success=True,
+                              pad_channels=True),
+            )  # fmt: skip
+            loader = DataLoader(
+                dataset, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(seed + turn)
+            )
+            update_adapter(library, skill, loader, max(1, steps // turns), progress=False)
+
+
+def _shared_library(experts: Path) -> SharedAdapterPolicy:
+    """The shared-adapter policy on the bootstrap backbone, heads from the modular experts' registry."""
+    base = load_backbone(experts / BACKBONE_DIR)
+    library = SharedAdapterPolicy(base.config)
+    library.backbone.load_state_dict(base.backbone.state_dict())
+    registry = AdapterRegistry(experts / ADAPTERS_DIR)
+    for skill in registry.skills():
+        library.add_skill(skill)
+    return library
+
+
+def restore_shared(experts: Path) -> tuple[SharedAdapterPolicy, AdapterRegistry, dict[str, int]]:
+    """Active versions of every skill, the shared adapter from the most recently trained one.
+
+    Every published version carries the shared adapter as it was; activating the one trained last
+    (highest coach round, then the last skill of that round, as improve_experts trains in skill order)
+    last leaves the live shared adapter the newest.
+    """
+    library, registry = _shared_library(experts), AdapterRegistry(experts / ADAPTERS_DIR)
+    versions = {s: registry.active_version(s) for s in registry.skills()}
+
+    def trained(skill: str) -> tuple[float, str]:
+        return registry.meta(skill, versions[skill]).metrics.get(ROUND_METRIC, -1.0), skill
+
+    for skill in sorted(versions, key=trained):
+        registry.activate(library, skill, versions[skill])
+    return library, registry, versions
+
+
+def prepare(inputs: Path, run_dir: Path, method: Method, settings: RunSettings, seed: int) -> None:
+    """The run's own experts and demo store, copied from the bootstrap (atomically: tmp, then rename)."""
+    for name in ("episodes", "experts"):
+        target = run_dir / name
+        if target.exists():
+            continue
+        tmp = run_dir / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(inputs / name, tmp)
+        if name == "experts" and method.policy == PolicyKind.SHARED_ADAPTER:
+            torch.manual_seed(seed)
+            library = _shared_library(tmp)
+            _fit_shared_adapter(library, EpisodeStore(run_dir / "episodes"), settings.shared_init_steps, seed)
+            registry = AdapterRegistry(tmp / ADAPTERS_DIR)
+            for skill in library.skills:
+                registry.publish(library, skill, {"demos_used": 0, "metrics": {"shared_init": 1.0}})
+        tmp.rename(target)
+
+
+def load_policy(experts: Path, method: Method) -> tuple[ExpertLibrary, AdapterRegistry, dict[str, int]]:
+    if method.policy == PolicyKind.SHARED_ADAPTER:
+        return restore_shared(experts)
+    library, registry, versions, _ = load_experts(experts)
+    return library, registry, versions
+
+
+# ---------------------------------------------------------------------------------- the run
+class _Run:
+    """The live pieces of one run; `checkpoint(k)` evaluates the experts as they are now."""
+
+    def __init__(self, inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -> None:
+        self.spec, self.settings, self.run_dir = spec, settings, run_dir
+        self.method = METHODS[spec.method]
+        prepare(inputs, run_dir, self.method, settings, spec.seed)
+        self.library, self.registry, versions = load_policy(run_dir / "experts", self.method)
+        self.store = EpisodeStore(run_dir / "episodes")
+        self.scene = SimScene(SceneConfig(robot=spec.robot, image_size=settings.image_size))
+        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", spec.robot)
+        self.train, self.held_out = compositions_of(spec.robot, settings)
+        self.eval_seeds = evaluation_seeds(settings.eval_rollouts)
+        self.state = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
+        config = CoachConfig(
+            budget=settings.budget,
+            demos_per_round=settings.demos_per_round,
+            diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
+            allocation=AllocationConfig(strategy=self.method.allocation),
+            improve=ImproveConfig(steps=settings.adapter_steps, seed=spec.seed),
+        )
+        session = ScriptedSession(
+            self.scene, self.store, ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
+        )
+        ports = LocalPorts(self._targets(inputs), session, spec.robot)
+        self.coach = Coach(config, self.state, self.train, self.library, self.registry, self.store, ports)
+
+    def router(self, versions: dict[str, int]) -> Router:
+        """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
+        config = RouterConfig(
+            detector="judge",
+            skill_deadline_steps=self.deadlines.per_skill(self.spec.robot, self.library.skills),
+        )
+        return Router(LibraryPolicy(self.library, versions), config, self.detector_args)
+
+    def _targets(self, inputs: Path) -> TargetSource:
+        s, seed = self.settings, self.spec.seed
+        seeds = imagination_seeds(s.initial_states)
+        if self.method.targets == Targets.WORLD_MODEL:
+            world, _ = load_world(inputs / "world", "cpu")
+            imagination = ImaginationConfig(
+                num_rollouts=s.imagined_rollouts, num_world_seeds=s.num_world_seeds,
+                agreement=min(2, s.num_world_seeds), horizon=s.horizon, seed=seed,
+            )  # fmt: skip
+            return WorldModelTargets(
+                world, self.detector_args["judge"], self.detector_args["verdict"], self.deadlines,
+                self.library, InitialObservations(self.scene, seeds), imagination,
+            )  # fmt: skip
+        if self.method.targets == Targets.DEPLOYED:
+            return DeployedTargets(self.router, self.scene, seeds)
+        return PriorTargets(self.method.targets == Targets.RANDOM, seeds, seed, s.imagined_rollouts)
+
+    def checkpoint(self, index: int) -> Checkpoint:
+        path = self.run_dir / "eval" / f"round_{index}.json"
+        if path.exists():
+            return Checkpoint(**json.loads(path.read_text()))
+        start = time.perf_counter()
+        versions = dict(self.state.adapter_versions)
+        ids = self.state.received_ids()
+        point = Checkpoint(index, len(ids), sum(self.store.meta(e).length for e in ids), versions)
+        router = self.router(versions)
+        for composition in self.train + self.held_out:
+            result = evaluate(router, self.scene, composition, self.eval_seeds)
+            point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
+            point.first_failed[composition.name] = [
+                int(t.ground_truth["first_failed"]) for t in result.trials
+            ]
+        point.seconds = time.perf_counter() - start
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(json_bytes(asdict(point)))
+        tmp.replace(path)
+        return point
+
+
+def run_one(inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -> dict:
+    """Run (or resume, or just read back) one run; returns what result.json holds."""
+    run_dir = Path(run_dir)
+    if (run_dir / DONE_FILE).exists():
+        return json.loads((run_dir / RESULT_FILE).read_text())
+    torch.set_num_threads(1)
+    torch.manual_seed(spec.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    run = _Run(Path(inputs), run_dir, spec, settings)
+    # Invariant: checkpoint k is evaluated before round k+1 takes its first step, so on resume the
+    # active adapters are those of the newest checkpoint whenever its evaluation is missing.
+    points = [run.checkpoint(k) for k in range(run.state.round + 1)]
+    while not run.coach.finished:
+        closed = run.state.round
+        run.coach.step()
+        if run.state.round > closed:
+            points.append(run.checkpoint(run.state.round))
+    run.scene.close()
+    result = {
+        "method": spec.method,
+        "robot": spec.robot,
+        "seed": spec.seed,
+        "settings": asdict(settings),
+        "training": [c.name for c in run.train],
+        "held_out": [c.name for c in run.held_out],
+        "eval_seeds": run.eval_seeds,
+        "demos": run.state.demos_spent,
+        "demo_frames": points[-1].demo_frames,
+        "checkpoints": [asdict(p) for p in points],
+        "rounds": [
+            {"round": h["round"], "allocation": h["allocation"].get("demos", []), "improved": h["improved"]}
+            for h in run.state.history
+        ],
+        "seconds": time.perf_counter() - start,  # this process's share (a resumed run counts again)
+    }
+    (run_dir / RESULT_FILE).write_bytes(json_bytes(result))
+    (run_dir / DONE_FILE).write_text("done\n")
+    return result

@@ -1,0 +1,196 @@
+"""From per-run results to the comparison: success per budget, Budget AUC, intervals, paired tests.
+
+Units: a run's success at a checkpoint is pooled over its compositions' rollouts (training and
+held-out apart). Over seeds: mean and std of those rates, and a Wilson interval over every rollout
+pooled. Budget AUC (`measures.budget_auc`) gets a percentile bootstrap interval over evaluation units
+(seed, composition, initial state), resampled jointly across checkpoints. Each method is compared with
+RoboCoach by an exact McNemar test on final training outcomes paired by (seed, composition, initial
+state): both methods started from the very same evaluation states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from robocoach_skills.measures import budget_auc, mcnemar_exact, paired_discordance, wilson_interval
+from robocoach_world.experiment.methods import METHODS, REFERENCE
+
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def _outcomes(result: dict, checkpoint: int, names: Sequence[str]) -> list[bool]:
+    """Outcomes at a checkpoint, ordered by (composition, evaluation seed)."""
+    outcomes = result["checkpoints"][checkpoint]["outcomes"]
+    return [o for name in names for o in outcomes[name]]
+
+
+def _matrix(runs: Sequence[dict], names_key: str) -> np.ndarray:
+    """(units, checkpoints) bool: every (seed, composition, initial state) outcome at every checkpoint."""
+    return np.array(
+        [[o for r in runs for o in _outcomes(r, k, r[names_key])] for k in range(len(runs[0]["checkpoints"]))]
+    ).T
+
+
+def _auc_interval(units: np.ndarray) -> tuple[float, float]:
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    rows = rng.integers(0, len(units), (BOOTSTRAP_SAMPLES, len(units)))
+    aucs = [budget_auc(units[r].mean(axis=0)) for r in rows]
+    low, high = np.percentile(aucs, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarize(results: Sequence[dict]) -> dict:
+    """Per (method, robot): every figure the report shows, plus the paired tests against RoboCoach."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in sorted(results, key=lambda r: (list(METHODS).index(r["method"]), r["robot"], r["seed"])):
+        groups.setdefault((r["method"], r["robot"]), []).append(r)
+    table = []
+    for (method, robot), runs in groups.items():
+        lengths = {len(r["checkpoints"]) for r in runs}
+        if len(lengths) != 1:
+            raise ValueError(f"{method} on {robot}: seeds have different checkpoint counts {lengths}")
+        train, held = _matrix(runs, "training"), _matrix(runs, "held_out")
+        per_seed = [
+            [float(np.mean(_outcomes(r, k, r["training"]))) for k in range(lengths.pop())] for r in runs
+        ]
+        n = train.shape[0]
+        row = {
+            "method": method,
+            "letter": METHODS[method].letter,
+            "robot": robot,
+            "seeds": [r["seed"] for r in runs],
+            "budgets": [c["demos"] for c in runs[0]["checkpoints"]],
+            "demos": [r["demos"] for r in runs],
+            "demo_frames": [r["demo_frames"] for r in runs],
+            "training_success_per_seed": per_seed,
+            "training_success_mean": np.mean(per_seed, axis=0).tolist(),
+            "training_success_std": np.std(per_seed, axis=0).tolist(),
+            "training_wilson": [wilson_interval(int(s), n) for s in train.sum(axis=0)],
+            "held_out_success": held.mean(axis=0).tolist(),
+            "held_out_wilson": [wilson_interval(int(s), held.shape[0]) for s in held.sum(axis=0)],
+            "budget_auc_per_seed": [budget_auc(s) for s in per_seed],
+            "budget_auc": budget_auc(train.mean(axis=0)),
+            "budget_auc_interval": _auc_interval(train),
+            "eval_units": n,
+        }
+        table.append(row)
+    _paired_tests(table, groups)
+    return {"table": table}
+
+
+def _paired_tests(table: list[dict], groups: dict[tuple[str, str], list[dict]]) -> None:
+    for row in table:
+        reference = groups.get((REFERENCE, row["robot"]))
+        if row["method"] == REFERENCE or reference is None:
+            continue
+        mine = {r["seed"]: r for r in groups[(row["method"], row["robot"])]}
+        tests = {}
+        for split in ("training", "held_out"):
+            a, b = [], []
+            for ref in reference:
+                if ref["seed"] in mine:
+                    a += _outcomes(ref, -1, ref[split])
+                    b += _outcomes(mine[ref["seed"]], -1, ref[split])
+            only_ref, only_other = paired_discordance(a, b)
+            tests[split] = {
+                "pairs": len(a),
+                "only_robocoach": only_ref,
+                "only_baseline": only_other,
+                "p_value": mcnemar_exact(only_ref, only_other),
+            }
+        row["paired_vs_robocoach"] = tests
+
+
+def plot(summary: dict, out: Path) -> list[Path]:
+    """success_vs_budget.png, held_out.png, budget_auc.png in `out`."""
+    table = summary["table"]
+    robots = sorted({r["robot"] for r in table})
+    files = []
+    fig = Figure(figsize=(5.5 * len(robots), 4))
+    axes = fig.subplots(1, len(robots), squeeze=False)
+    for ax, robot in zip(axes[0], robots, strict=True):
+        for row in (r for r in table if r["robot"] == robot):
+            mean, std = np.array(row["training_success_mean"]), np.array(row["training_success_std"])
+            ax.errorbar(
+                row["budgets"],
+                mean,
+                yerr=std,
+                marker="o",
+                capsize=3,
+                label=f"({row['letter']}) {row['method']}",
+            )
+        ax.set(title=f"{robot}: training compositions", xlabel="subtask demos", ylabel="deployed success",
+               ylim=(-0.02, 1.02))  # fmt: skip
+        ax.legend(fontsize=7)
+    files.append(_save(fig, out / "success_vs_budget.png"))
+    for name, key, wilson, ylabel in (
+        ("held_out.png", "held_out_success", "held_out_wilson", "held-out success (final)"),
+        ("budget_auc.png", "budget_auc", "budget_auc_interval", "Budget AUC (training)"),
+    ):
+        fig = Figure(figsize=(5.5 * len(robots), 4))
+        axes = fig.subplots(1, len(robots), squeeze=False)
+        for ax, robot in zip(axes[0], robots, strict=True):
+            rows = [r for r in table if r["robot"] == robot]
+            values = [r[key][-1] if isinstance(r[key], list) else r[key] for r in rows]
+            intervals = [r[wilson][-1] if key != "budget_auc" else r[wilson] for r in rows]
+            err = np.array([[v - lo, hi - v] for v, (lo, hi) in zip(values, intervals, strict=True)]).T
+            ax.bar(range(len(rows)), values, yerr=err, capsize=4, color="tab:blue")
+            ax.set_xticks(
+                range(len(rows)), [f"({r['letter']}) {r['method']}" for r in rows], rotation=30, ha="right"
+            )
+            ax.set(title=robot, ylabel=ylabel, ylim=(0, 1))
+        files.append(_save(fig, out / name))
+    return files
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def markdown(summary: dict, files: Sequence[Path]) -> str:
+    lines = [
+        "| method | arm | seeds | demos | demo frames "
+        "| training success per budget (mean ± std; 95% Wilson, pooled) | held-out (final) "
+        "| Budget AUC [95% bootstrap] | vs RoboCoach (McNemar, final training) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["table"]:
+        budgets = "; ".join(
+            f"{b}: {m:.0%} ± {s:.0%} [{lo:.0%}, {hi:.0%}]"
+            for b, m, s, (lo, hi) in zip(
+                r["budgets"],
+                r["training_success_mean"],
+                r["training_success_std"],
+                r["training_wilson"],
+                strict=True,
+            )
+        )
+        lo, hi = r["held_out_wilson"][-1]
+        held = f"{r['held_out_success'][-1]:.0%} [{lo:.0%}, {hi:.0%}]"
+        auc_lo, auc_hi = r["budget_auc_interval"]
+        test = r.get("paired_vs_robocoach", {}).get("training")
+        versus = (
+            f"{test['only_robocoach']} vs {test['only_baseline']} discordant of {test['pairs']}, "
+            f"p = {test['p_value']:.3g}"
+            if test
+            else "-"
+        )
+        lines.append(
+            f"| ({r['letter']}) {r['method']} | {r['robot']} | {len(r['seeds'])} | {_join(r['demos'])} "
+            f"| {_join(r['demo_frames'])} "
+            f"| {budgets} | {held} | {r['budget_auc']:.3f} [{auc_lo:.3f}, {auc_hi:.3f}] | {versus} |"
+        )
+    lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
+    return "\n".join(lines)
+
+
+def _join(values: Sequence[int]) -> str:
+    """Per-seed counts, e.g. "4, 4, 4"."""
+    return ", ".join(map(str, values))
