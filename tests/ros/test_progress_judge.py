@@ -14,11 +14,11 @@ from sensor_msgs.msg import Image
 from robocoach_msgs.msg import TaskComposition
 from robocoach_msgs.srv import JudgeRollout
 from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.constants import SERVICE_JUDGE_ROLLOUT
 from robocoach_skills.nodes.conversions import composition_to_msg, image_to_msg
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge, save_judge
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import Deadlines, VerdictConfig, VideoClip, judge_episode
-from robocoach_world.nodes.progress_judge import SERVICE_JUDGE_ROLLOUT
 from ros_harness import call_service, running_node
 
 pytestmark = pytest.mark.ros

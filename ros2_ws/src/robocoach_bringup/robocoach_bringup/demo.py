@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import markdown
+
 from robocoach_bringup.stages import (
     bootstrap_demos,
     bootstrap_experts,
@@ -24,6 +26,10 @@ from robocoach_bringup.stages import (
 from robocoach_skills.constants import ROBOTS
 
 log = logging.getLogger("robocoach.demo")
+REPORT_CSS = (  # report.html: readable tables and side-by-side plots, no external assets
+    "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:48%}"
+)
 
 
 @dataclass(frozen=True)
@@ -180,4 +186,9 @@ def write_report(config: DemoConfig, outcomes: list[StageResult]) -> Path:
             lines += ["", f"## {outcome.name}", "", outcome.results["markdown"]]
     path = config.output / "report.md"
     path.write_text("\n".join(lines) + "\n")
+    html = markdown.markdown(path.read_text(), extensions=["tables"])
+    (config.output / "report.html").write_text(
+        f"<!doctype html><meta charset='utf-8'><title>RoboCoach demo report</title>"
+        f"<style>{REPORT_CSS}</style><body>{html}</body>\n"
+    )
     return path

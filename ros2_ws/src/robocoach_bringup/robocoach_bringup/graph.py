@@ -142,7 +142,7 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
                 "demo_recorder",
                 "demo_recorder",
                 ROBOT_MACHINE,
-                {**robot, "store_dir": str(paths.episodes)},
+                {**robot, "backend": HARDWARE_BACKENDS[config.robot], "store_dir": str(paths.episodes)},
             )
         )
     specs.append(
@@ -151,7 +151,13 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
             "coach",
             "coach",
             OFFBOARD_MACHINE,
-            {**robot, **experts, "store": str(paths.episodes), "state_dir": str(paths.coach)},
+            {
+                **robot,
+                **experts,
+                "store": str(paths.episodes),
+                "state_dir": str(paths.coach),
+                "reset_scene": config.backend == "sim",  # on hardware the scene is set up by the operator
+            },
         )
     )
     return specs

@@ -32,6 +32,13 @@ from robocoach_world.judge.verdict import NEVER, BatchedJudge, Deadlines, DoneRu
 from robocoach_world.records import SOURCE_IMAGINED, TrialRecord
 from robocoach_world.world.model import CoachWorld
 
+IMAGINATION_SEED_BASE = 2_000_000  # initial states the coach imagines from; apart from evaluation seeds
+
+
+def imagination_seeds(n: int) -> list[int]:
+    """The seeds of the n real initial observations a coach imagines each composition from."""
+    return list(range(IMAGINATION_SEED_BASE, IMAGINATION_SEED_BASE + n))
+
 
 @dataclass(frozen=True)
 class ImaginationConfig:

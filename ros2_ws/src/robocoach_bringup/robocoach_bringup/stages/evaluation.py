@@ -48,7 +48,7 @@ def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, 
     return points
 
 
-def evaluate_arm(output: Path, robot: str, rollouts: int, imagined_rollouts: int) -> dict:
+def evaluate_arm(output: Path, robot: str, rollouts: int, imagination: ImaginationConfig) -> dict:
     """Deployed and imagined success of every composition at every checkpoint of one arm."""
     torch.set_num_threads(TORCH_THREADS)
     library, registry, _, _ = load_experts(coached_experts_dir(output, robot))
@@ -75,7 +75,7 @@ def evaluate_arm(output: Path, robot: str, rollouts: int, imagined_rollouts: int
             proprio = np.stack([o[OBS_PROPRIO] for o in observations])
             trials = imagine_composition(
                 world, judge, library, deadlines, composition, images, proprio,
-                ImaginationConfig(num_rollouts=imagined_rollouts), versions=versions, initial_seeds=seeds,
+                imagination, versions=versions, initial_seeds=seeds,
                 verdict=verdict,
             )  # fmt: skip
             valid = [t.record for t in trials if t.record.valid]
@@ -101,9 +101,11 @@ def evaluate_arm(output: Path, robot: str, rollouts: int, imagined_rollouts: int
 
 def run(config, results: dict) -> dict:
     profile = config.profile
+    # the coach's imagination settings, so checkpoints are imagined as the coach imagined them
+    imagination = ImaginationConfig(num_rollouts=profile.imagined_rollouts, horizon=profile.horizon)
     with ProcessPoolExecutor(max_workers=len(config.robots)) as pool:
         futures = [
-            pool.submit(evaluate_arm, config.output, robot, profile.eval_rollouts, profile.imagined_rollouts)
+            pool.submit(evaluate_arm, config.output, robot, profile.eval_rollouts, imagination)
             for robot in config.robots
         ]
         arms = [f.result() for f in futures]

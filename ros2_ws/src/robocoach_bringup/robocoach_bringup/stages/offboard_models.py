@@ -27,8 +27,8 @@ from robocoach_world.judge.checkpoint import DEADLINES_FILE
 from robocoach_world.judge.evaluate import calibrate
 from robocoach_world.judge.train import TrainConfig as JudgeTrainConfig
 from robocoach_world.judge.train import train as train_judge
+from robocoach_world.world.artifacts import CHECKPOINT_DIR
 from robocoach_world.world.model import WorldConfig
-from robocoach_world.world.train import CHECKPOINT_DIR
 from robocoach_world.world.train import TrainConfig as WorldTrainConfig
 from robocoach_world.world.train import train as train_world
 

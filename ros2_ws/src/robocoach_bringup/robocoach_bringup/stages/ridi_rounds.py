@@ -129,4 +129,8 @@ def _markdown(summaries: dict[str, list[dict]], plots: list[str]) -> str:
             )
             lines.append(f"| {robot} | {entry['round']} | {demos} | {imagined} |")
     lines += ["", " ".join(f"![demo allocation]({p})" for p in plots)]
+    for robot, history in summaries.items():  # what the operator saw before the last round's demos
+        if history and history[-1]["summary"].get("scorecard"):
+            lines += ["", f"### Operator scorecard, {robot}, round {history[-1]['round']}", ""]
+            lines.append(history[-1]["summary"]["scorecard"])
     return "\n".join(lines)

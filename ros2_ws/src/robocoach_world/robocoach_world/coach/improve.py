@@ -60,13 +60,16 @@ class AdapterUpdate:
     metrics: dict[str, float]
 
 
-def replay_sample(store: EpisodeStore, skill: str, exclude: Sequence[str], n: int, seed: int) -> list[str]:
-    """`n` (or all, if fewer) successful demos of `skill` not in `exclude`, drawn without replacement."""
+def replay_sample(
+    store: EpisodeStore, skill: str, exclude: Sequence[str], n: int, seed: int, robots: set[str] | None = None
+) -> list[str]:
+    """`n` (or all, if fewer) successful demos of `skill` not in `exclude` (and on one of `robots`, when
+    given: an arm coached on its own replays its own demos), drawn without replacement."""
     skip = set(exclude)
     pool = [
         m.episode_id
         for m in store.iter_meta(kind="demo", skill=skill, success=True)
-        if m.episode_id not in skip
+        if m.episode_id not in skip and (robots is None or m.robot in robots)
     ]
     rng = np.random.default_rng((seed, zlib.crc32(skill.encode())))
     chosen = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
@@ -94,8 +97,12 @@ def improve_experts(
     for skill, new_ids in sorted(demos.items()):
         if not new_ids:
             raise ValueError(f"no new demos for skill {skill!r}")
+        missing = sorted(set(new_ids) - set(store.ids()))
+        if missing:
+            raise ValueError(f"episodes {missing} for skill {skill!r} are not in {store.root}")
         n_replay = round(config.replay_ratio * len(new_ids))
-        replay = replay_sample(store, skill, new_ids, n_replay, config.seed + round_index)
+        robots = {store.meta(i).robot for i in new_ids}
+        replay = replay_sample(store, skill, new_ids, n_replay, config.seed + round_index, robots)
         active = registry.active_version(skill)
         parent = registry.meta(skill, active) if active is not None else None
         if (
@@ -132,7 +139,6 @@ def improve_experts(
             "coach/new_demos": float(len(new_ids)),
             "coach/replay_demos": float(len(replay)),
         }
-        robots = {store.meta(i).robot for i in ids}
         meta = {
             "demos_used": (parent.demos_used if parent else 0) + len(new_ids),
             "metrics": metrics,

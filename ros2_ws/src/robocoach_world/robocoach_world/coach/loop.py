@@ -23,6 +23,7 @@ from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_world.coach.allocation import AllocationConfig, allocate
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
+from robocoach_world.coach.scorecard import scorecard
 from robocoach_world.coach.state import Action, CoachState, RequestState
 from robocoach_world.records import TrialRecord
 
@@ -174,5 +175,7 @@ class Coach:
                 len(update.new_episode_ids), len(update.replay_episode_ids),
             )  # fmt: skip
         self.ports.push_adapters(updates)
-        entry = self.state.finish_round({"diagnosis": self._diagnosis().to_dict()})
+        diagnosis = self._diagnosis()
+        card, _ = scorecard(diagnosis, self.state.allocation)
+        entry = self.state.finish_round({"diagnosis": diagnosis.to_dict(), "scorecard": card})
         self.ports.publish_round(entry)

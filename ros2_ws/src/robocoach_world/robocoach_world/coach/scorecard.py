@@ -80,20 +80,25 @@ def write_clip_strip(clip: FailureClip, path: Path, config: ScorecardConfig | No
 
 def scorecard(
     diagnosis: Diagnosis,
-    allocation: Allocation | None = None,
+    allocation: Allocation | dict | None = None,
     clips: Sequence[FailureClip] = (),
     out_dir: Path | None = None,
     config: ScorecardConfig | None = None,
 ) -> tuple[str, dict]:
-    """(markdown section, JSON-able dict); clip PNGs go to out_dir/clips (needs out_dir with clips)."""
+    """(markdown section, JSON-able dict); clip PNGs go to out_dir/clips (needs out_dir with clips).
+
+    `allocation` may be an Allocation or its `to_dict()` form (as the coach state keeps it).
+    """
     config = config or ScorecardConfig()
+    if isinstance(allocation, Allocation):
+        allocation = allocation.to_dict()
     if clips and out_dir is None:
         raise ValueError("clips need an out_dir to write their PNG strips to")
-    requested = {d["pair"]: d["n_demos"] for d in allocation.to_dict()["demos"]} if allocation else {}
+    requested = {d["pair"]: d["n_demos"] for d in allocation["demos"]} if allocation else {}
     data = diagnosis.to_dict()
     for p in data["pairs"]:
         p["requested_demos"] = requested.get(p["pair"], 0)
-    data["allocation"] = allocation.to_dict() if allocation else None
+    data["allocation"] = allocation or None
     data["clips"] = _write_clips(clips, Path(out_dir) if out_dir else None, config)
 
     lines = [
@@ -120,8 +125,8 @@ def scorecard(
         lines.append(
             f"| {c['robot']} | {c['composition']} | {'; '.join(c['route'])} | {rate}{ci} | {c['trials']} |"
         )
-    if allocation is not None:
-        lines += ["", f"Allocation: {allocation.note}"]
+    if allocation:
+        lines += ["", f"Allocation: {allocation['note']}"]
     if data["clips"]:
         lines += ["", "Representative imagined failures (frames; judged progress below):", ""]
         lines += [

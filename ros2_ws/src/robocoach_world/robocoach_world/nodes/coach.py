@@ -30,6 +30,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
 
 from robocoach_msgs.action import CollectDemo, Imagine
 from robocoach_msgs.msg import CoachRound, DemoRequest
@@ -46,6 +47,7 @@ from robocoach_skills.constants import (
     SERVICE_WORLD_LOAD_ADAPTER,
     TOPIC_CAMERA,
     TOPIC_COACH_ROUNDS,
+    TOPIC_COACH_SCORECARD,
     TOPIC_DEMO_REQUESTS,
     TOPIC_JOINT_STATES,
 )
@@ -59,9 +61,9 @@ from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected
 from robocoach_world.coach.state import CoachState, RequestState
+from robocoach_world.imagine import imagination_seeds
 from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
 
-IMAGINATION_SEED_BASE = 2_000_000  # initial states the coach imagines from; apart from evaluation seeds
 STATE_FILE = "coach_state.json"
 STATUS_SUCCEEDED = 4  # action_msgs/GoalStatus
 
@@ -79,7 +81,7 @@ class RosPorts:
     # ------------------------------------------------------------------ Imagine
     def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
         node = self.node
-        seeds = [IMAGINATION_SEED_BASE + k for k in range(node.initial_states)]
+        seeds = imagination_seeds(node.initial_states)
         observations = [node.initial_observation(composition, seed) for seed in seeds]
         goal = Imagine.Goal(
             composition=composition_to_msg(composition),
@@ -169,6 +171,7 @@ class RosPorts:
         )
         msg.header.stamp = node.get_clock().now().to_msg()
         node.round_pub.publish(msg)
+        node.scorecard_pub.publish(String(data=entry["summary"].get("scorecard", "")))
 
 
 def _rate(value: float | None) -> float:
@@ -236,6 +239,7 @@ class CoachNode(Node):
         )
         self.request_pub = self.create_publisher(DemoRequest, TOPIC_DEMO_REQUESTS, OPERATOR_QOS)
         self.round_pub = self.create_publisher(CoachRound, TOPIC_COACH_ROUNDS, OPERATOR_QOS)
+        self.scorecard_pub = self.create_publisher(String, TOPIC_COACH_SCORECARD, OPERATOR_QOS)
         self.reset_client = self.create_client(ResetScene, SERVICE_RESET_SCENE, callback_group=group)
         self.executor_adapters = self.create_client(LoadAdapter, SERVICE_LOAD_ADAPTER, callback_group=group)
         self.world_adapters = self.create_client(

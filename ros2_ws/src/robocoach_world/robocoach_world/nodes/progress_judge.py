@@ -18,13 +18,12 @@ from rclpy.qos import qos_profile_services_default
 from robocoach_msgs.msg import JudgeVerdict, SubtaskProgress
 from robocoach_msgs.srv import JudgeRollout
 from robocoach_skills.composition import Composition
+from robocoach_skills.constants import SERVICE_JUDGE_ROLLOUT
 from robocoach_skills.device import select_device
 from robocoach_skills.nodes.conversions import msg_to_composition, msg_to_image
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.verdict import Deadlines, Verdict, VideoClip, judge_episode
-
-SERVICE_JUDGE_ROLLOUT = "/robocoach/world/judge_rollout"  # to move to robocoach_skills.constants
 
 
 def trace_msgs(verdict: Verdict, composition: Composition, fps: float) -> list[SubtaskProgress]:

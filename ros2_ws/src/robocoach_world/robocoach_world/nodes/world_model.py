@@ -37,7 +37,7 @@ from robocoach_world.imagine import ImaginationConfig, ImaginedTrial, imagine_co
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.verdict import Deadlines
 from robocoach_world.records import SOURCE_IMAGINED
-from robocoach_world.world.artifacts import load_world
+from robocoach_world.world.artifacts import checkpoint_in, load_world
 
 IMAGE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)  # rviz wants the newest frame
 
@@ -50,7 +50,7 @@ class WorldModelNode(Node):
     def __init__(self) -> None:
         super().__init__("world_model")
         declare = self.declare_parameter
-        world_dir = declare("world_dir", "runs/world").value  # checkpoint written by world.train
+        world_dir = declare("world_dir", "runs/world").value  # world.train's --out, or its checkpoint dir
         judge_dir = declare("judge_dir", "runs/judge").value  # checkpoint written by judge.train
         deadlines_file = declare("deadlines_file", "").value  # "" = <judge_dir>/deadlines.json
         experts_dir = declare("experts_dir", "").value  # backbone + adapters (the executor's registry)
@@ -64,7 +64,7 @@ class WorldModelNode(Node):
         if not experts_dir:
             raise ValueError("parameter experts_dir is required (a directory written by bootstrap training)")
 
-        self.world, _ = load_world(Path(world_dir), device)
+        self.world, _ = load_world(checkpoint_in(Path(world_dir)), device)
         self.judge, self.verdict, _ = load_judge(Path(judge_dir), device)
         self.deadlines = Deadlines.load(Path(deadlines_file or Path(judge_dir) / DEADLINES_FILE))
         self.verdict = self.deadlines.verdict_config(self.verdict)  # the rule the deadlines were set under

@@ -22,6 +22,7 @@ from robocoach_skills.device import select_device
 from robocoach_world.world.model import CoachWorld, WorldConfig
 
 KIND = "coachworld"
+CHECKPOINT_DIR = "checkpoint"  # where world.train writes the checkpoint inside its --out directory
 MODEL_VERSION = 1  # bump when the architecture changes so that old weights must not be loaded
 
 
@@ -48,3 +49,9 @@ def load_world(directory: Path, device: str | torch.device | None = None) -> tup
     model.load_state_dict(tensors)
     device = torch.device(device) if device is not None else select_device()
     return model.to(device).eval(), meta
+
+
+def checkpoint_in(directory: Path) -> Path:
+    """The checkpoint of a training run directory (`<out>/checkpoint`), or `directory` itself."""
+    nested = Path(directory) / CHECKPOINT_DIR
+    return nested if nested.is_dir() else Path(directory)

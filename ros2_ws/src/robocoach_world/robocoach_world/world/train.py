@@ -27,12 +27,10 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
-from robocoach_world.world.artifacts import save_world
+from robocoach_world.world.artifacts import CHECKPOINT_DIR, save_world
 from robocoach_world.world.data import WindowDataset, WindowSpec, select_episodes
 from robocoach_world.world.evaluate import full_windows, open_loop_scores
 from robocoach_world.world.model import CoachWorld, LossConfig, WorldConfig
-
-CHECKPOINT_DIR = "checkpoint"
 
 
 @dataclass
