@@ -72,12 +72,9 @@ TOPIC_IMAGINED_IMAGE = "/robocoach/world/imagined_image"  # sensor_msgs/Image, i
 TOPIC_TASK_MARKERS = "/robocoach/viz/task_markers"  # visualization_msgs/MarkerArray
 FRAME_WORLD = "world"  # fixed frame of the markers and the rviz view
 TOPIC_COACH_ROUNDS = "/robocoach/coach/rounds"  # robocoach_msgs/CoachRound, one per finished RIDI round
-TOPIC_COACH_SCORECARD = (
-    "/robocoach/coach/scorecard"  # std_msgs/String (markdown), latched, for the demo station
-)
+TOPIC_COACH_SCORECARD = "/robocoach/coach/scorecard"  # std_msgs/String (markdown), for the demo station
 
 # Offboard side: CoachWorld imagination, and the copy of the experts it imagines with.
 ACTION_IMAGINE = "/robocoach/world/imagine"  # robocoach_msgs/Imagine
-SERVICE_WORLD_LOAD_ADAPTER = (
-    "/robocoach/world/load_adapter"  # robocoach_msgs/LoadAdapter, world model's experts
-)
+SERVICE_WORLD_LOAD_ADAPTER = "/robocoach/world/load_adapter"  # LoadAdapter for the world model's experts
+SERVICE_JUDGE_ROLLOUT = "/robocoach/world/judge_rollout"  # robocoach_msgs/JudgeRollout

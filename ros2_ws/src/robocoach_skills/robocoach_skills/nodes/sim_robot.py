@@ -9,9 +9,11 @@ rendering (`observe()` renders the camera, too slow at the joint-state rate), an
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
+from std_msgs.msg import String
 
 from robocoach_msgs.srv import ResetScene
 from robocoach_skills.constants import SERVICE_RESET_SCENE
@@ -30,6 +32,11 @@ class SimRobotNode(RobotDriver):
     def __init__(self) -> None:
         super().__init__("sim_robot", backend="sim")
         self.create_service(ResetScene, SERVICE_RESET_SCENE, self._on_reset)
+        # Privileged ground truth, for evaluation and tests only: no policy or judge subscribes to it.
+        self._truth_pub = self.create_publisher(String, "~/ground_truth", 10)
+        self.create_timer(
+            1.0 / self.declare_parameter("ground_truth_rate_hz", 5.0).value, self._publish_truth
+        )
 
     def backend_options(self, options: dict[str, Any]) -> dict[str, Any]:
         declare = self.declare_parameter
@@ -49,6 +56,17 @@ class SimRobotNode(RobotDriver):
     def idle_tick(self) -> None:
         scene = self.robot.scene
         scene.apply_action(scene.joint_targets())
+
+    def _publish_truth(self) -> None:
+        """JSON: composition, active subtask and its ground-truth progress and success."""
+        scene = self.robot.scene
+        progress, success = self.robot.subtask_status()
+        truth = {
+            "composition": scene.composition.name,
+            "seed": scene.seed,
+            "active_subtask": scene.active_subtask,
+        }
+        self._truth_pub.publish(String(data=json.dumps({**truth, "progress": progress, "success": success})))
 
     def _on_reset(self, request: ResetScene.Request, response: ResetScene.Response) -> ResetScene.Response:
         try:
