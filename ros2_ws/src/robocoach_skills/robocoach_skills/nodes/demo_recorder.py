@@ -8,6 +8,10 @@ exported as MCAP bags.
 The operator drives the arm from the keyboard (stdin in raw mode when the node has a terminal, or
 the keys topic from anywhere), a leader arm or a spacemouse, and ends/accepts/discards takes with
 keys or on the command topic (`end`, `accept`, `discard`, `open`, `close`, `toggle_gripper`).
+
+On a real arm the frames come from the camera driver's TOPIC_CAMERA (`camera_source: topic`) and the
+operator sets each take's initial state up by hand, announced on the pending list, and says `ready`
+on the command topic (`reset: operator`); both are the default for any backend but `sim`.
 """
 
 from __future__ import annotations
@@ -15,35 +19,39 @@ from __future__ import annotations
 import sys
 import termios
 import threading
+import time
 import tty
 from pathlib import Path
 
 import numpy as np
 from geometry_msgs.msg import Twist
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
-from sensor_msgs.msg import JointState
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from robocoach_skills.constants import (
+    OBS_IMAGE,
+    TOPIC_CAMERA,
     TOPIC_DEMO_COMMAND,
     TOPIC_TELEOP_KEYS,
     TOPIC_TELEOP_LEADER,
     TOPIC_TELEOP_TWIST,
 )
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
-from robocoach_skills.nodes.conversions import joint_state_to_command
+from robocoach_skills.nodes.conversions import joint_state_to_command, msg_to_image
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.nodes.station import LATCHED_QOS, OPERATOR_QOS, OperatorStation
 from robocoach_skills.robots import make_robot
 from robocoach_skills.teleop.session import (
+    SESSION_COMMANDS,
+    CameraError,
     DemoSession,
     SessionConfig,
     export_missing_bags,
     incomplete_takes,
 )
 from robocoach_skills.teleop.sources import (
-    COMMANDS,
     KEY_HELP,
     CartesianDriver,
     KeyboardTeleop,
@@ -60,6 +68,39 @@ INPUT_QOS = QoSProfile(
     depth=50, reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST
 )
 SOURCES = ("keyboard", "leader_arm", "spacemouse")
+CAMERA_SOURCES = ("robot", "topic")  # the backend's own frames | the camera driver's TOPIC_CAMERA
+
+
+class TopicCamera:
+    """The newest frame heard on TOPIC_CAMERA; calling it raises CameraError once frames are stale."""
+
+    def __init__(self, size: int, timeout_s: float):
+        if not timeout_s > 0:
+            raise ValueError(f"camera_timeout_s must be positive, got {timeout_s}")
+        self.size, self.timeout_s = size, timeout_s  # frame edge [px], max frame age [s]
+        self._frame: np.ndarray | None = None
+        self._time = 0.0  # monotonic arrival time of _frame [s]
+        self._lock = threading.Lock()
+
+    def on_msg(self, msg: Image) -> None:
+        """Keep `msg` as the newest frame; ValueError says why a frame is unusable (and it is dropped)."""
+        image = msg_to_image(msg)
+        if image.shape[:2] != (self.size, self.size):
+            raise ValueError(f"frame is {msg.width}x{msg.height}; the store records {self.size}x{self.size}")
+        with self._lock:
+            self._frame, self._time = image, time.monotonic()
+
+    def __call__(self) -> np.ndarray:
+        with self._lock:
+            frame, age = self._frame, time.monotonic() - self._time
+        if frame is None:
+            raise CameraError(f"no usable camera frame received on {TOPIC_CAMERA}")
+        if age > self.timeout_s:
+            raise CameraError(
+                f"camera frames are stale: the newest on {TOPIC_CAMERA} is {age:.2f} s old "
+                f"(camera_timeout_s {self.timeout_s})"
+            )
+        return frame
 
 
 class DemoRecorder(OperatorStation):
@@ -76,17 +117,22 @@ class DemoRecorder(OperatorStation):
         bag_dir = declare("bag_dir", "").value  # MCAP bags of accepted takes; "" = <store_dir>/mcap
         source = declare("source", "keyboard").value  # keyboard | leader_arm | spacemouse
         stdin_keys = declare("stdin_keys", True).value  # read keys from the terminal when there is one
+        camera_source = declare("camera_source", "").value  # robot | topic; "" = robot when it has a camera
+        camera_timeout_s = declare("camera_timeout_s", 0.5).value  # a take fails on older frames [s]
         config = SessionConfig(
             max_take_s=declare("max_take_s", 60.0).value,  # [s]
             verdict_timeout_s=declare("verdict_timeout_s", 300.0).value,  # [s]
             auto_accept=declare("auto_accept", False).value,  # sim: accept iff ground-truth success
             max_takes_per_demo=declare("max_takes_per_demo", 3).value,
             operator=declare("operator", "teleop").value,  # name recorded with every episode
+            reset=declare("reset", "").value or None,  # scene | operator; "" = scene on the sim only
         )
         if not store_dir:
             raise ValueError("parameter store_dir is required (the episode store accepted demos go to)")
         if source not in SOURCES:
             raise ValueError(f"parameter source {source!r} is not one of {SOURCES}")
+        if camera_source not in ("", *CAMERA_SOURCES):
+            raise ValueError(f"parameter camera_source {camera_source!r} is not one of {CAMERA_SOURCES}")
         if backend != "sim":  # hardware backends are configured by their own config defaults
             self.robot = make_robot(backend)
         else:
@@ -105,9 +151,17 @@ class DemoRecorder(OperatorStation):
             self.teleop = TwistTeleop(self.robot.dt, driver=CartesianDriver(self.robot.arm))
         else:
             self.teleop = LeaderArmTeleop(self.robot.arm)
-        self.session = DemoSession(self.robot, self.teleop, store, self.bag_dir, config)
-
         inputs = ReentrantCallbackGroup()
+        self.camera = None
+        robot_camera = OBS_IMAGE in self.robot.observation_features
+        if camera_source == "topic" or (not camera_source and not robot_camera):
+            self.camera = TopicCamera(image_size, camera_timeout_s)
+            self.create_subscription(
+                Image, TOPIC_CAMERA, self._on_image, qos_profile_sensor_data, callback_group=inputs
+            )
+        self.session = DemoSession(
+            self.robot, self.teleop, store, self.bag_dir, config, camera=self.camera, announce=self.announce
+        )
         self.create_subscription(
             String, TOPIC_TELEOP_KEYS, self._on_key_msg, INPUT_QOS, callback_group=inputs
         )
@@ -125,9 +179,10 @@ class DemoRecorder(OperatorStation):
         self.serve(self.robot.arm.name, self.session)
         if stdin_keys and sys.stdin.isatty():
             threading.Thread(target=self._read_terminal, daemon=True).start()
+        frames = f"camera {TOPIC_CAMERA}" if self.camera else "camera of the robot"
         self.get_logger().info(
-            f"demo station: {self.robot!r}, source {source}, store {store_dir}, bags {self.bag_dir}; "
-            f"keys: {KEY_HELP}"
+            f"demo station: {self.robot!r}, source {source}, {frames}, {self.session.reset_mode.value} "
+            f"reset, store {store_dir}, bags {self.bag_dir}; keys: {KEY_HELP}"
         )
 
     def _report_leftovers(self, store: EpisodeStore) -> None:
@@ -151,10 +206,17 @@ class DemoRecorder(OperatorStation):
             self.keyboard.press(key)
 
     def _on_command(self, msg: String) -> None:
-        if msg.data not in COMMANDS:
-            self.get_logger().warning(f"unknown operator command {msg.data!r}; known: {', '.join(COMMANDS)}")
+        if msg.data not in SESSION_COMMANDS:
+            known = ", ".join(SESSION_COMMANDS)
+            self.get_logger().warning(f"unknown operator command {msg.data!r}; known: {known}")
             return
         self.session.command(msg.data)
+
+    def _on_image(self, msg: Image) -> None:
+        try:
+            self.camera.on_msg(msg)
+        except ValueError as error:
+            self.get_logger().warning(f"camera frame ignored: {error}", throttle_duration_sec=5.0)
 
     def _on_twist(self, msg: Twist) -> None:
         self.teleop.set_twist(np.array([msg.linear.x, msg.linear.y, msg.linear.z]), msg.angular.z)

@@ -3,7 +3,7 @@
 - `DemoRequest`s arrive on the operator topic; each is checked at once (`session.resolve_request`:
   unknown skill, wrong robot, count 0, an initial state nothing can reproduce -> a `DemoEpisode`
   with `accepted=false` and the reason, never dropped) and listed for the operator in the log and
-  on a latched text topic.
+  on a latched text topic, below what the operator must do now, if anything (`announce`).
 - A `CollectDemo` goal records takes of one request with the station's session (anything with
   `DemoSession.collect`'s signature), streams feedback, publishes a `DemoEpisode` for every take
   and ends with all of them in the result. One goal runs at a time; others are rejected.
@@ -96,6 +96,7 @@ class OperatorStation(Node):
         # thread that created it, and executor threads change from goal to goal.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="robot")
         self._pending: dict[str, tuple[DemoTarget, int]] = {}  # request id -> (target, accepted so far)
+        self._notice = ""  # what the operator must do now (e.g. set the scene up), first on the list
         self._lock = threading.Lock()
         self._busy = False
 
@@ -176,9 +177,16 @@ class OperatorStation(Node):
             self._pending.pop(request_id, None)
         self._publish_pending()
 
+    def announce(self, text: str) -> None:
+        """Put `text` (what the operator must do now) at the top of the pending list; "" removes it."""
+        with self._lock:
+            self._notice = f"NOW: {text}" if text else ""
+        self._publish_pending()
+
     def _publish_pending(self) -> None:
         with self._lock:
-            lines = [describe(target, accepted) for target, accepted in self._pending.values()]
+            lines = [self._notice] if self._notice else []
+            lines += [describe(target, accepted) for target, accepted in self._pending.values()]
         text = "\n".join(lines) if lines else "no pending demo requests"
         self._pending_pub.publish(String(data=text))
 

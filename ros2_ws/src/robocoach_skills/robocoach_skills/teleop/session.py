@@ -5,11 +5,15 @@ where imagined rollouts failed. `resolve_request` checks it against the task sui
 cannot be served: unknown skill, wrong robot, an initial state nothing can reproduce); `DemoSession`
 then records takes of that one subtask until `count` are accepted:
 
-1. reset to the seed's initial state (sim: the scene is reset and the subtasks before the requested
-   one are done by the scripted operator, unrecorded, so the take starts where a deployed policy
-   would; if they fail, that initial state is unreachable and the request is rejected);
+1. reset to the seed's initial state (`ResetMode.SCENE`, sim: the scene is reset and the subtasks
+   before the requested one are done by the scripted operator, unrecorded, so the take starts where a
+   deployed policy would; if they fail, that initial state is unreachable and the request is rejected.
+   `ResetMode.OPERATOR`, hardware: the session announces what to set up and waits for the operator's
+   `ready`);
 2. record frame/action pairs from the teleop source at the policy rate until the operator ends the
    take (or, with `auto_accept`, as soon as the simulator's ground truth says the subtask succeeded);
+   frames come from the robot's observation, or from a `Camera` (a real arm's camera driver) that
+   raises `CameraError`, which ends the take, once its frames are stale;
 3. take the operator's verdict: accepted takes go to the `EpisodeStore` (atomic) and then to an MCAP
    bag next to it; discarded ones are only reported.
 
@@ -31,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import partial
 from pathlib import Path
 
@@ -41,7 +46,7 @@ from robocoach_skills.constants import GRIPPER_JOINT, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.rosbag_export import export_mcap
 from robocoach_skills.data.store import EPISODE_PATH, TMP_PREFIX, EpisodeStore
-from robocoach_skills.robots.base import Robot
+from robocoach_skills.robots.base import Robot, RobotError
 from robocoach_skills.robots.sim_robot import SimRobot
 from robocoach_skills.skills import validate_subtask
 from robocoach_skills.tasks import get_composition
@@ -60,6 +65,23 @@ RECORDER = "demo_recorder"  # metadata["recorder"] of every episode this module 
 TAKE_MARKER_PREFIX = TMP_PREFIX + "take-"  # under the store's tmp prefix: recover() sweeps it
 DISCARDED_BY_OPERATOR = "discarded by the operator"
 NOT_SUCCEEDED = "the subtask did not succeed"  # why a take the simulator judged a failure is discarded
+CMD_READY = "ready"  # the operator has set the scene up (ResetMode.OPERATOR); a take starts
+SESSION_COMMANDS = (*COMMANDS, CMD_READY)  # every command `DemoSession.command` takes
+
+
+class ResetMode(StrEnum):
+    """Who puts the scene in a take's initial state."""
+
+    SCENE = "scene"  # the simulator resets itself and plays the subtasks before the requested one
+    OPERATOR = "operator"  # the operator sets the scene up as announced and says `ready`
+
+
+class CameraError(RobotError):
+    """No fresh camera frame: the take in progress is discarded."""
+
+
+Camera = Callable[[], np.ndarray]  # the newest (H, W, 3) uint8 frame; raises CameraError when stale
+Announce = Callable[[str], None]  # announce(text): what the operator must do now ("" when done)
 
 
 class RequestRejectedError(Exception):
@@ -224,8 +246,15 @@ class SessionConfig:
     max_takes_per_demo: int = 3  # takes allowed per requested demo before the request is given up
     preview_frames: int = 4  # frames of each take sent back to operator UIs
     operator: str = "teleop"  # recorded as metadata["operator"]
+    reset: ResetMode | None = None  # None: SCENE on the sim backend, OPERATOR on any other
 
     def __post_init__(self) -> None:
+        if self.reset is not None:
+            try:
+                self.reset = ResetMode(self.reset)
+            except ValueError:
+                modes = ", ".join(m.value for m in ResetMode)
+                raise ValueError(f"SessionConfig.reset must be one of {modes}, got {self.reset!r}") from None
         for name in ("max_take_s", "verdict_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SessionConfig.{name} must be positive, got {getattr(self, name)}")
@@ -281,6 +310,16 @@ def _prefixed(on_status: OnStatus, prefix: str, accepted: int, text: str) -> Non
     on_status(prefix + text, accepted)
 
 
+def setup_instructions(target: DemoTarget, seed: int) -> str:
+    """What an operator sets up by hand before a take of `target` from `seed` (ResetMode.OPERATOR)."""
+    done = target.composition.subtasks[: target.index]
+    before = f"with {', '.join(map(str, done))} already done" if done else "at its start"
+    return (
+        f"set up {target.composition.name} (initial-state seed {seed}) {before}, arm free, then send "
+        f"'{CMD_READY}' to record {target.request.subtask} for request {target.request.request_id}"
+    )
+
+
 class _Frames:
     """Frame t is observed, then action t applied; progress is the ground truth of frame t (0 without one)."""
 
@@ -323,21 +362,34 @@ class DemoSession:
     """
 
     def __init__(
-        self, robot: Robot, source: TeleopSource, store: EpisodeStore, bag_dir: Path, config: SessionConfig
+        self,
+        robot: Robot,
+        source: TeleopSource,
+        store: EpisodeStore,
+        bag_dir: Path,
+        config: SessionConfig,
+        camera: Camera | None = None,
+        announce: Announce | None = None,
     ):
-        if OBS_IMAGE not in robot.observation_features:
-            raise ValueError(f"{robot!r} has no camera; a demo needs camera frames")
-        if config.auto_accept and not isinstance(robot, SimRobot):
+        """`camera` replaces the robot's own frames; `announce` shows the operator what to set up."""
+        if camera is None and OBS_IMAGE not in robot.observation_features:
+            raise ValueError(f"{robot!r} has no camera; a demo needs camera frames (pass a camera)")
+        sim = isinstance(robot, SimRobot)
+        if config.auto_accept and not sim:
             raise ValueError("auto_accept needs the simulator's ground truth (backend 'sim')")
+        self.reset_mode = config.reset or (ResetMode.SCENE if sim else ResetMode.OPERATOR)
+        if self.reset_mode is ResetMode.SCENE and not sim:
+            raise ValueError(f"{robot!r} cannot reset a scene; only the sim backend can (reset 'operator')")
         self.robot, self.source, self.store, self.bag_dir, self.config = robot, source, store, bag_dir, config
+        self.camera, self.announce = camera, announce or (lambda _text: None)
         self.gripper = 1.0  # gripper command, 1 = open
         self._commands: queue.Queue[str] = queue.Queue()
 
     # ------------------------------------------------------------------ operator input
     def command(self, name: str) -> None:
         """An operator command (sources.COMMANDS); gripper commands act at once, the others on the take."""
-        if name not in COMMANDS:
-            raise ValueError(f"unknown operator command {name!r}; known: {', '.join(COMMANDS)}")
+        if name not in SESSION_COMMANDS:
+            raise ValueError(f"unknown operator command {name!r}; known: {', '.join(SESSION_COMMANDS)}")
         if name in (CMD_OPEN, CMD_CLOSE, CMD_TOGGLE_GRIPPER):
             self.gripper = (
                 1.0 if name == CMD_OPEN else 0.0 if name == CMD_CLOSE else 1.0 - round(self.gripper)
@@ -354,12 +406,36 @@ class DemoSession:
             except queue.Empty:
                 return last
 
-    # ------------------------------------------------------------------ sim helpers
-    def _reset(self, target: DemoTarget, seed: int) -> None:
-        if not isinstance(self.robot, SimRobot):
-            raise RequestRejectedError(f"{self.robot.name} cannot reset a scene; only the sim backend can")
-        if not self.robot.reset_for_subtask(target.composition, target.index, seed):
+    # ------------------------------------------------------------------ initial state and sensing
+    def _reset(self, target: DemoTarget, seed: int, status: Callable[[str], None], canceled) -> None:
+        if self.reset_mode is ResetMode.OPERATOR:
+            self._await_ready(setup_instructions(target, seed), status, canceled)
+        elif not self.robot.reset_for_subtask(target.composition, target.index, seed):
             raise RequestRejectedError(unreachable_reason(target, seed))
+
+    def _await_ready(self, instructions: str, status: Callable[[str], None], canceled) -> None:
+        """Announce `instructions` and wait for `ready`; commands sent before the announcement are stale."""
+        self._drain()
+        self.announce(instructions)
+        try:
+            status(instructions)
+            while self._drain() != CMD_READY:
+                if canceled():
+                    raise TakeCanceledError
+                time.sleep(0.05)
+        finally:
+            self.announce("")
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        """The robot's observation, its image replaced by the camera's newest frame when there is a camera."""
+        obs = self.robot.observe()
+        if self.camera is None:
+            return obs
+        try:
+            return {**obs, OBS_IMAGE: self.camera()}
+        except CameraError:
+            self.robot.hold()
+            raise
 
     def _ground_truth(self) -> tuple[float, bool]:
         return self.robot.subtask_status() if isinstance(self.robot, SimRobot) else (0.0, False)
@@ -379,11 +455,10 @@ class DemoSession:
             if accepted >= count:
                 break
             seed = target.seed(take)
-            on_status(f"take {take + 1}: resetting to seed {seed}", accepted)
-            self._reset(target, seed)
-            result = self._take(
-                target, seed, partial(_prefixed, on_status, f"take {take + 1}: ", accepted), canceled
-            )
+            status = partial(_prefixed, on_status, f"take {take + 1}: ", accepted)
+            status(f"resetting to seed {seed}")
+            self._reset(target, seed, status, canceled)
+            result = self._take(target, seed, status, canceled)
             accepted += result.accepted
             results.append(result)
             if on_take is not None:
@@ -409,7 +484,7 @@ class DemoSession:
         robot, cfg = self.robot, self.config
         frames = _Frames()
         n = robot.arm.n_joints
-        obs = robot.observe()
+        obs = self._observe()
         self.source.start(obs[OBS_PROPRIO][:n].astype(np.float64))
         self.gripper = float(round(obs[OBS_PROPRIO][n]))
         start = next_tick = time.monotonic()
@@ -437,7 +512,7 @@ class DemoSession:
                 status(f"recording {target.request.subtask}, frame {frame}, progress {progress:.2f}")
             next_tick += robot.dt
             time.sleep(max(0.0, next_tick - time.monotonic()))
-            obs = robot.observe()
+            obs = self._observe()
         progress, success = self._ground_truth()
         frames.add(obs, np.append(obs[OBS_PROPRIO][:n], self.gripper), progress)  # end state, hold action
         robot.hold()
