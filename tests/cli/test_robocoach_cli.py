@@ -30,6 +30,7 @@ def test_unknown_robot_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # several minutes on an idle 2-core machine; more when it is shared
 def test_quick_demo_runs_every_stage_through_the_ros_graph(tmp_path):
     """The main job end to end on one arm: bootstrap, offboard models, RIDI rounds over DDS, evaluation."""
     result = robocoach("demo", "--quick", "--robots", "piper", "--output", str(tmp_path))

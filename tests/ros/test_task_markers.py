@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from robocoach_skills.nodes.task_markers import (
 )
 from ros_harness import running_node, spin_until
 
+REPUBLISH_S = 0.5  # [s]
 TIMEOUT_S = 30.0
 
 
@@ -76,8 +79,7 @@ def test_node_turns_executor_feedback_and_coach_rounds_into_markers(ros_probe):
             current_skill="place",
             progress=SubtaskProgress(index=1, skill="place", progress=0.5, elapsed=2.0),
         )
-        feedback_pub.publish(message)
-        spin_until(ros_probe, lambda: bool(received), TIMEOUT_S, "markers")
+        _publish_until(ros_probe, feedback_pub, message, lambda: bool(received), "markers")
         markers = _by_id(received[-1])
         assert markers[TEXT_ID].text.startswith("subtask 2: place  50%")
         assert markers[FILL_ID].scale.x == pytest.approx(0.5 * BAR_LENGTH)
@@ -86,12 +88,23 @@ def test_node_turns_executor_feedback_and_coach_rounds_into_markers(ros_probe):
         summary = CoachRound(round=3, robot="piper", failure_skills=["place"], failure_mass=[0.41])
         summary.allocation_skills, summary.allocation_counts = ["place"], [5]
         count = len(received)
-        round_pub.publish(summary)
-        spin_until(ros_probe, lambda: len(received) > count, TIMEOUT_S, "round markers")
+        _publish_until(ros_probe, round_pub, summary, lambda: len(received) > count, "round markers")
         texts = [m.text for m in received[-1].markers]
         assert any(t.startswith("subtask 2: place") for t in texts)  # the subtask stays shown
         assert any("round 3 (piper)" in t and "place 41%" in t and "place x5" in t for t in texts)
     ros_probe.destroy_subscription(latched)
+
+
+def _publish_until(probe, publisher, message, done, what: str) -> None:
+    """Publish `message` every REPUBLISH_S until `done()`: a reader matched a moment ago can miss the
+    very first message on a loaded machine, and volatile topics do not replay it."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {TIMEOUT_S:.1f} s waiting for {what}")
+        publisher.publish(message)
+        with contextlib.suppress(TimeoutError):
+            spin_until(probe, done, REPUBLISH_S, what)
 
 
 def test_rviz_config_is_installed_and_shows_the_robocoach_topics():

@@ -50,6 +50,9 @@ class Profile:
     initial_states: int  # real initial observations per composition the coach imagines from
     horizon: int  # imagined policy steps per trial
     adapter_steps: int  # adapter update steps per retrained skill
+    eval_compositions: int | None = (
+        None  # evaluate the first n training and held-out compositions (None: all)
+    )
 
 
 PROFILES = {
@@ -61,7 +64,7 @@ PROFILES = {
     "quick": Profile(
         demos_per_skill=3, train_steps=300, eval_rollouts=2, corpus_per_use=1, corpus_per_composition=0,
         rollouts_per_composition=1, world_steps=60, judge_epochs=1, demo_budget=4, demos_per_round=2,
-        imagined_rollouts=8, initial_states=2, horizon=60, adapter_steps=20,
+        imagined_rollouts=8, initial_states=2, horizon=60, adapter_steps=20, eval_compositions=2,
     ),
 }  # fmt: skip
 

@@ -48,7 +48,9 @@ def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, 
     return points
 
 
-def evaluate_arm(output: Path, robot: str, rollouts: int, imagination: ImaginationConfig) -> dict:
+def evaluate_arm(
+    output: Path, robot: str, rollouts: int, imagination: ImaginationConfig, n_compositions: int | None
+) -> dict:
     """Deployed and imagined success of every composition at every checkpoint of one arm."""
     torch.set_num_threads(TORCH_THREADS)
     library, registry, _, _ = load_experts(coached_experts_dir(output, robot))
@@ -57,7 +59,9 @@ def evaluate_arm(output: Path, robot: str, rollouts: int, imagination: Imaginati
     world, _ = load_world(RunPaths(output).world, "cpu")
     scene = SimScene(SceneConfig(robot=robot))
     seeds = evaluation_seeds(rollouts)
-    compositions = training_compositions(robot) + held_out_compositions(robot)
+    compositions = (
+        training_compositions(robot)[:n_compositions] + held_out_compositions(robot)[:n_compositions]
+    )
     rows = []
     for budget, versions in checkpoints(output, robot, registry.skills()):
         for skill, version in versions.items():
@@ -105,7 +109,14 @@ def run(config, results: dict) -> dict:
     imagination = ImaginationConfig(num_rollouts=profile.imagined_rollouts, horizon=profile.horizon)
     with ProcessPoolExecutor(max_workers=len(config.robots)) as pool:
         futures = [
-            pool.submit(evaluate_arm, config.output, robot, profile.eval_rollouts, imagination)
+            pool.submit(
+                evaluate_arm,
+                config.output,
+                robot,
+                profile.eval_rollouts,
+                imagination,
+                profile.eval_compositions,
+            )
             for robot in config.robots
         ]
         arms = [f.result() for f in futures]

@@ -31,6 +31,11 @@ def spin_node(make_node: Callable[[], Node], args: list[str] | None = None, thre
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if (
+            rclpy.ok()
+        ):  # a real error; not a callback that raced the shutdown (publishing into a dead context)
+            raise
     finally:
         if node is not None:
             node.destroy_node()
