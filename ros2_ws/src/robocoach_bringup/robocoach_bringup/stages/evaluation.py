@@ -10,6 +10,7 @@ The arms run in parallel processes (the simulator's rendering is the cost).
 
 from __future__ import annotations
 
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -107,7 +108,10 @@ def run(config, results: dict) -> dict:
     profile = config.profile
     # the coach's imagination settings, so checkpoints are imagined as the coach imagined them
     imagination = ImaginationConfig(num_rollouts=profile.imagined_rollouts, horizon=profile.horizon)
-    with ProcessPoolExecutor(max_workers=len(config.robots)) as pool:
+    # spawn, not fork: the earlier stages leave ROS and torch threads behind, and a forked child of a
+    # threaded process can deadlock (it did: the workers sat idle forever)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(config.robots), mp_context=spawn) as pool:
         futures = [
             pool.submit(
                 evaluate_arm,
