@@ -7,6 +7,7 @@ log when it failed to come up.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import tempfile
 import time
@@ -53,6 +54,7 @@ def spin_until(node: Node, done: Callable[[], bool], timeout_s: float, what: str
         executor.remove_node(node)
 
 
+MATCH_GRACE_S = 1.0  # [s] discovery time given to a new action client before its first goal
 _CLIENTS: dict[tuple[int, str], object] = {}
 
 
@@ -79,6 +81,12 @@ def send_goal(node: Node, client, goal, timeout_s: float = 30.0):
     (while the caller spins `node`).
     """
     spin_until(node, client.server_is_ready, timeout_s, "action server")
+    # "ready" means the server's goal service sees this client; its replies reach the client only once
+    # the client's readers are matched too, which can lag on a loaded machine (then the acceptance is
+    # lost and the goal looks ignored). Give discovery a moment, as call_service does by reusing clients.
+    deadline = time.monotonic() + MATCH_GRACE_S
+    with contextlib.suppress(TimeoutError):
+        spin_until(node, lambda: time.monotonic() > deadline, 2 * MATCH_GRACE_S, "discovery grace")
     feedback: list = []
     sent = client.send_goal_async(goal, feedback_callback=lambda msg: feedback.append(msg.feedback))
     spin_until(node, sent.done, timeout_s, "goal acceptance")
