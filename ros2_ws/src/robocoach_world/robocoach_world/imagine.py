@@ -193,24 +193,15 @@ def imagine_composition(
             finished = int((~rows.running.reshape(n_trials, n_seeds)).all(axis=1).sum())
             on_step(step + 1, finished, images)
 
-    skills = tuple(s.skill for s in subtasks)
-    version_of = tuple(int((versions or {}).get(s, 0)) for s in skills)
     trials = []
     for trial in range(n_trials):
         outcomes = [rows.outcome(trial * n_seeds + s) for s in range(n_seeds)]
         first_failed, count = majority([o.first_failed for o in outcomes])
         state = int(state_of_row[trial * n_seeds])
-        record = TrialRecord(
-            composition.name,
-            robot,
-            skills,
-            version_of,
-            first_failed,
-            initial_state_id=state,
-            seed=int(seeds_of_states[state]),
-            source=SOURCE_IMAGINED,
+        record = TrialRecord.of_route(
+            composition, versions or {}, first_failed, state, seeds_of_states[state], SOURCE_IMAGINED,
             valid=count >= config.agreement,
-        )
+        )  # fmt: skip
         agreeing = next(s for s, o in enumerate(outcomes) if o.first_failed == first_failed)
         frames, trace = kept.get(trial, agreeing)
         trials.append(ImaginedTrial(record, outcomes, count / n_seeds, frames, trace))

@@ -6,7 +6,10 @@ the judge) both produce `TrialRecord`s, so the coach scores, plots and compares 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+
+from robocoach_skills.composition import Composition
 
 SOURCE_IMAGINED, SOURCE_DEPLOYED = "imagined", "deployed"
 
@@ -34,6 +37,31 @@ class TrialRecord:
             raise ValueError(
                 f"source must be {SOURCE_IMAGINED!r} or {SOURCE_DEPLOYED!r}, got {self.source!r}"
             )
+
+    @classmethod
+    def of_route(
+        cls,
+        composition: Composition,
+        versions: Mapping[str, int],
+        first_failed_index: int,
+        initial_state_id: int,
+        seed: int,
+        source: str,
+        valid: bool = True,
+    ) -> TrialRecord:
+        """A trial of `composition` routed to its experts at `versions` (skill -> version, 0 if absent)."""
+        skills = tuple(s.skill for s in composition.subtasks)
+        return cls(
+            composition.name,
+            composition.robot,
+            skills,
+            tuple(int(versions.get(s, 0)) for s in skills),
+            int(first_failed_index),
+            initial_state_id=int(initial_state_id),
+            seed=int(seed),
+            source=source,
+            valid=valid,
+        )
 
     @property
     def success(self) -> bool:

@@ -101,17 +101,9 @@ class DeployedTargets:
 
     def __call__(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
         result = evaluate(self.router(versions), self.scene, composition, self.seeds)
-        skills = tuple(s.skill for s in composition.subtasks)
         return [
-            TrialRecord(
-                composition.name,
-                composition.robot,
-                skills,
-                tuple(versions.get(s, 0) for s in skills),
-                trial.ground_truth["first_failed"],
-                initial_state_id=k,
-                seed=seed,
-                source=SOURCE_DEPLOYED,
+            TrialRecord.of_route(
+                composition, versions, trial.ground_truth["first_failed"], k, seed, SOURCE_DEPLOYED
             )
             for k, (seed, trial) in enumerate(zip(self.seeds, result.trials, strict=True))
         ]
@@ -136,17 +128,10 @@ class PriorTargets:
             failures = np.random.default_rng(key).integers(0, n, self.per_composition).tolist()
         else:
             failures = list(range(n))
-        skills = tuple(s.skill for s in composition.subtasks)
+        states = len(self.seeds)
         return [
-            TrialRecord(
-                composition.name,
-                composition.robot,
-                skills,
-                tuple(versions.get(s, 0) for s in skills),
-                int(failed),
-                initial_state_id=k % len(self.seeds),
-                seed=self.seeds[k % len(self.seeds)],
-                source=SOURCE_IMAGINED,
+            TrialRecord.of_route(
+                composition, versions, failed, k % states, self.seeds[k % states], SOURCE_IMAGINED
             )
             for k, failed in enumerate(failures)
         ]
