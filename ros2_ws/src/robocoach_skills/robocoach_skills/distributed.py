@@ -8,7 +8,7 @@ one place that chooses it.
 
     ctx = setup_distributed()
     model = ctx.wrap(model.to(ctx.device))
-    loader = DataLoader(dataset, batch_size=64, sampler=ctx.sampler(dataset, shuffle=True))
+    loader = ctx.train_loader(dataset, batch_size=64, seed=0)
     ...
     if ctx.is_main:
         save_checkpoint(...)
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from robocoach_skills.device import select_device
 
@@ -55,6 +55,22 @@ class DistributedContext:
         if not self.distributed:
             return None
         return DistributedSampler(dataset, self.world_size, self.rank, shuffle=shuffle, seed=seed)
+
+    def train_loader(self, dataset: Dataset, batch_size: int, seed: int, **kwargs) -> DataLoader:
+        """A shuffling DataLoader over this rank's shard (seeded); `kwargs` go to DataLoader.
+
+        Under DDP call `set_epoch(epoch)` on `loader.sampler` (a DistributedSampler) every epoch.
+        """
+        sampler = self.sampler(dataset, shuffle=True, seed=seed)
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=sampler is None,
+            sampler=sampler,
+            generator=generator,
+            **kwargs,
+        )
 
     def mean(self, value: float) -> float:
         """`value` averaged over all ranks (for logging metrics that each rank computed on its shard)."""

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import tyro
 from torch.nn import functional
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
 from robocoach_skills import measures
@@ -159,15 +159,7 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
         raise ValueError(f"stores {config.stores} hold too few episodes to split 1 in {config.val_every}")
     train_set = SegmentDataset(train_eps, judge, config.segments, seed=config.seed + ctx.rank)
     val_set = SegmentDataset(val_eps, judge, SegmentConfig(max_len=config.segments.max_len, augment=False))
-    sampler = ctx.sampler(train_set, shuffle=True, seed=config.seed)
-    loader = DataLoader(
-        train_set,
-        batch_size=config.batch_segments,
-        shuffle=sampler is None,
-        sampler=sampler,
-        collate_fn=collate_segments,
-        generator=torch.Generator().manual_seed(config.seed),
-    )
+    loader = ctx.train_loader(train_set, config.batch_segments, config.seed, collate_fn=collate_segments)
     val_loader = DataLoader(val_set, batch_size=config.batch_segments, collate_fn=collate_segments)
     model = ctx.wrap(judge)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -179,8 +171,8 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
     bar = tqdm(total=total, desc="judge", disable=not (config.show_progress and ctx.is_main))
     started = time.perf_counter()
     for epoch in range(config.epochs):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
+        if isinstance(loader.sampler, DistributedSampler):
+            loader.sampler.set_epoch(epoch)
         for batch in loader:
             mask = batch[KEY_MASK].to(ctx.device)
             logits, _ = model(batch[KEY_FRAMES].to(ctx.device), batch[KEY_COND].to(ctx.device), mask)

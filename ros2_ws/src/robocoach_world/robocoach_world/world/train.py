@@ -125,15 +125,12 @@ def train(config: TrainConfig) -> dict:
         raise ValueError(f"no training windows in {stores}")
     model = CoachWorld(config.world).to(ctx.device)
     ddp = ctx.wrap(model)
-    sampler = ctx.sampler(train_set, shuffle=True, seed=config.seed)
-    loader = DataLoader(
+    loader = ctx.train_loader(
         train_set,
-        batch_size=config.batch_size,
-        shuffle=sampler is None,
-        sampler=sampler,
+        config.batch_size,
+        config.seed,
         drop_last=len(train_set) >= config.batch_size * ctx.world_size,
         num_workers=config.num_workers,
-        generator=torch.Generator().manual_seed(config.seed),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config))
