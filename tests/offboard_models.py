@@ -6,6 +6,7 @@ same save functions training uses, at the sizes the nodes read (64 px frames fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -24,23 +25,40 @@ from robocoach_world.world.model import CoachWorld, WorldConfig
 IMAGE_SIZE = 64
 
 
-def write_offboard_models(root: Path, robot: str, task: str, deadline_steps: int) -> dict[str, Path]:
-    """experts (scripted demos of every subtask of `task`, 20 training steps), world, judge dirs."""
+def train_scripted_experts(
+    root: Path,
+    robot: str,
+    task: str,
+    subtasks: Sequence[int] | None = None,
+    demos_per_subtask: int = 1,
+    steps: int = 20,
+    seed: int = 1,
+) -> Path:
+    """<root>/experts trained for `steps` on scripted demos of `task`'s subtasks from initial state `seed`.
+
+    Demo k of subtask i is recorded by an operator seeded i + k; the demos go to <root>/episodes.
+    """
     torch.set_num_threads(1)
-    torch.manual_seed(0)
     store = EpisodeStore.create(root / "episodes", StoreInfo(fps=10.0, image_size=(IMAGE_SIZE, IMAGE_SIZE)))
     scene = SimScene(SceneConfig(robot=robot, image_size=IMAGE_SIZE))
     composition = get_composition(robot, task)
-    for index in range(len(composition.subtasks)):
-        store.add(
-            ScriptedOperator(OperatorConfig(seed=index)).demo_subtask(scene, composition, index, seed=1)
-        )
+    for k in range(demos_per_subtask):
+        for index in subtasks if subtasks is not None else range(len(composition.subtasks)):
+            operator = ScriptedOperator(OperatorConfig(seed=index + k))
+            store.add(operator.demo_subtask(scene, composition, index, seed=seed))
     scene.close()
-    train_bootstrap_experts(store, root / "experts", ExpertTrainingConfig(steps=20), show_progress=False)
+    train_bootstrap_experts(store, root / "experts", ExpertTrainingConfig(steps=steps), show_progress=False)
+    return root / "experts"
+
+
+def write_offboard_models(root: Path, robot: str, task: str, deadline_steps: int) -> dict[str, Path]:
+    """experts (train_scripted_experts), untrained world and judge (with deadlines) dirs."""
+    torch.manual_seed(0)
+    train_scripted_experts(root, robot, task)
     save_world(root / "world", CoachWorld(WorldConfig(image_size=IMAGE_SIZE)), {"metrics": {}})
     judge = ProgressJudge(JudgeConfig(image_size=IMAGE_SIZE))
     save_judge(root / "judge", judge, VerdictConfig(), {"val_mae": float("nan")})
-    skills = {s.skill: deadline_steps for s in composition.subtasks}
+    skills = {s.skill: deadline_steps for s in get_composition(robot, task).subtasks}
     Deadlines({robot: skills}).save(root / "judge" / DEADLINES_FILE)
     return {
         "experts": root / "experts",

@@ -13,18 +13,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+from offboard_models import train_scripted_experts
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
 from robocoach_msgs.action import ExecuteTask
-from robocoach_skills.bootstrap import ExpertTrainingConfig, train_bootstrap_experts
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import ACTION_EXECUTE_TASK
-from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.nodes.conversions import composition_to_msg
-from robocoach_skills.operator import OperatorConfig, ScriptedOperator
-from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
 from ros_harness import running_node, send_goal, spin_until
 
@@ -39,16 +35,9 @@ STATUS_SUCCEEDED = 4
 @pytest.fixture(scope="module")
 def press_experts(tmp_path_factory):
     root = tmp_path_factory.mktemp("press_expert")
-    store = EpisodeStore.create(root / "episodes", StoreInfo(fps=10.0, image_size=(64, 64)))
-    scene = SimScene(SceneConfig(robot=ROBOT))
-    composition = get_composition(ROBOT, TASK)
-    for k in range(DEMOS):
-        store.add(ScriptedOperator(OperatorConfig(seed=k)).demo_subtask(scene, composition, 0, seed=SEED))
-    scene.close()
-    torch.set_num_threads(1)
-    training = ExpertTrainingConfig(steps=TRAIN_STEPS)
-    train_bootstrap_experts(store, root / "experts", training, show_progress=False)
-    return root / "experts"
+    return train_scripted_experts(
+        root, ROBOT, TASK, subtasks=[0], demos_per_subtask=DEMOS, steps=TRAIN_STEPS, seed=SEED
+    )
 
 
 @pytest.mark.xfail(

@@ -6,14 +6,13 @@ import time
 
 import numpy as np
 import pytest
-import torch
+from offboard_models import train_scripted_experts
 from rclpy.action import ActionClient
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 
 from robocoach_msgs.action import ExecuteTask
 from robocoach_msgs.srv import GetExperts, LoadAdapter
-from robocoach_skills.bootstrap import ExpertTrainingConfig, train_bootstrap_experts
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import (
     ACTION_EXECUTE_TASK,
@@ -21,10 +20,7 @@ from robocoach_skills.constants import (
     SERVICE_LOAD_ADAPTER,
     TOPIC_JOINT_STATES,
 )
-from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.nodes.conversions import composition_to_msg
-from robocoach_skills.operator import OperatorConfig, ScriptedOperator
-from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
 from ros_harness import call_service, running_node, send_goal, spin_until
 
@@ -39,18 +35,7 @@ STATUS_SUCCEEDED, STATUS_CANCELED, STATUS_ABORTED = 4, 5, 6  # action_msgs/GoalS
 @pytest.fixture(scope="module")
 def experts_dir(tmp_path_factory):
     """A small but real experts directory: scripted demos of the task, briefly trained."""
-    root = tmp_path_factory.mktemp("executor")
-    store = EpisodeStore.create(root / "episodes", StoreInfo(fps=10.0, image_size=(64, 64)))
-    scene = SimScene(SceneConfig(robot=ROBOT))
-    composition = get_composition(ROBOT, TASK)
-    for index in range(len(composition.subtasks)):
-        store.add(
-            ScriptedOperator(OperatorConfig(seed=index)).demo_subtask(scene, composition, index, seed=1)
-        )
-    scene.close()
-    torch.set_num_threads(1)
-    train_bootstrap_experts(store, root / "experts", ExpertTrainingConfig(steps=20), show_progress=False)
-    return root / "experts"
+    return train_scripted_experts(tmp_path_factory.mktemp("executor"), ROBOT, TASK)
 
 
 @pytest.fixture(scope="module")
