@@ -9,9 +9,14 @@ The operator drives the arm from the keyboard (stdin in raw mode when the node h
 the keys topic from anywhere), a leader arm or a spacemouse, and ends/accepts/discards takes with
 keys or on the command topic (`end`, `accept`, `discard`, `open`, `close`, `toggle_gripper`).
 
-On a real arm the frames come from the camera driver's TOPIC_CAMERA (`camera_source: topic`) and the
-operator sets each take's initial state up by hand, announced on the pending list, and says `ready`
-on the command topic (`reset: operator`); both are the default for any backend but `sim`.
+The arm is reached in one of two ways (`backend`). `sim` runs the recorder's own in-process SimScene,
+which is the standalone default. `driver` goes through the `robot_driver`'s topics (`nodes.ros_robot`),
+which is how a real arm is reached: the driver holds the only connection to it (libfranka accepts a
+single control connection, and the PiPER's CAN bus a single commander), and its backend and options
+are configured on the driver. Through the driver, frames come from TOPIC_CAMERA (the camera driver's,
+or the sim driver's). The operator sets each take's initial state up by hand, as announced on the
+pending list, then says `ready` on the command topic (`reset: operator`); both are the defaults off
+`sim`.
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ from robocoach_skills.constants import (
 )
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.nodes.conversions import joint_state_to_command, msg_to_image
+from robocoach_skills.nodes.ros_robot import RosRobot
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.nodes.station import LATCHED_QOS, OPERATOR_QOS, OperatorStation
-from robocoach_skills.robots import make_robot
+from robocoach_skills.robots import Robot, make_robot
+from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.teleop.session import (
     SESSION_COMMANDS,
     CameraError,
@@ -68,6 +75,7 @@ INPUT_QOS = QoSProfile(
     depth=50, reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST
 )
 SOURCES = ("keyboard", "leader_arm", "spacemouse")
+BACKENDS = ("sim", "driver")  # the recorder's own SimScene | the robot_driver's topics (any arm backend)
 CAMERA_SOURCES = ("robot", "topic")  # the backend's own frames | the camera driver's TOPIC_CAMERA
 
 
@@ -110,8 +118,10 @@ class DemoRecorder(OperatorStation):
         super().__init__("demo_recorder")
         declare = self.declare_parameter
         robot_name = declare("robot", "franka").value  # embodiment: franka or piper
-        backend = declare("backend", "sim").value  # robot backend (robots.make_robot); takes need a camera
-        image_size = declare("image_size", 64).value  # sim camera image edge [px]
+        backend = declare("backend", "sim").value  # sim | driver, see BACKENDS
+        driver_timeout_s = declare("driver_timeout_s", 10.0).value  # driver: wait for it at start [s]
+        feedback_timeout_s = declare("feedback_timeout_s", 0.5).value  # driver: older states fault [s]
+        image_size = declare("image_size", 64).value  # camera image edge, as stored [px]
         policy_rate = declare("policy_rate_hz", 10.0).value  # recording and command rate [Hz]
         store_dir = declare("store_dir", "").value  # episode store (created if missing)
         bag_dir = declare("bag_dir", "").value  # MCAP bags of accepted takes; "" = <store_dir>/mcap
@@ -133,17 +143,34 @@ class DemoRecorder(OperatorStation):
             raise ValueError(f"parameter source {source!r} is not one of {SOURCES}")
         if camera_source not in ("", *CAMERA_SOURCES):
             raise ValueError(f"parameter camera_source {camera_source!r} is not one of {CAMERA_SOURCES}")
-        if backend != "sim":  # hardware backends are configured by their own config defaults
-            self.robot = make_robot(backend)
-        else:
-            self.robot = make_robot("sim", robot=robot_name, image_size=image_size, policy_hz=policy_rate)
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"parameter backend {backend!r} is not one of {BACKENDS}: a real arm is reached through the "
+                "robot_driver (backend driver), which holds its one connection; the arm's backend and "
+                "options are the robot_driver's parameters"
+            )
+        if backend == "driver" and camera_source == "robot":
+            raise ValueError(f"backend driver records the frames on {TOPIC_CAMERA}: camera_source is topic")
         store = EpisodeStore.create(
             store_dir, StoreInfo(fps=policy_rate, image_size=(image_size, image_size)), exist_ok=True
         )
         self.bag_dir = Path(bag_dir) if bag_dir else Path(store_dir) / "mcap"
         self._report_leftovers(store)
 
-        self.worker.submit(self.robot.connect).result()
+        inputs = ReentrantCallbackGroup()
+        self.robot: Robot
+        if backend == "driver":
+            self.robot = RosRobot(
+                self,
+                get_arm(robot_name),
+                1.0 / policy_rate,
+                feedback_timeout_s=feedback_timeout_s,
+                connect_timeout_s=driver_timeout_s,
+                callback_group=inputs,
+            )
+        else:
+            self.robot = make_robot("sim", robot=robot_name, image_size=image_size, policy_hz=policy_rate)
+        self.worker.submit(self.robot.connect).result()  # driver: RobotError naming the silent topic
         self.keyboard = self.teleop = None
         if source == "keyboard":
             self.keyboard = self.teleop = KeyboardTeleop(driver=CartesianDriver(self.robot.arm))
@@ -151,7 +178,6 @@ class DemoRecorder(OperatorStation):
             self.teleop = TwistTeleop(self.robot.dt, driver=CartesianDriver(self.robot.arm))
         else:
             self.teleop = LeaderArmTeleop(self.robot.arm)
-        inputs = ReentrantCallbackGroup()
         self.camera = None
         robot_camera = OBS_IMAGE in self.robot.observation_features
         if camera_source == "topic" or (not camera_source and not robot_camera):

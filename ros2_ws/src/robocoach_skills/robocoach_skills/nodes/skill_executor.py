@@ -20,56 +20,30 @@ import torch
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
 
 from robocoach_msgs.action import ExecuteTask
 from robocoach_msgs.msg import ExpertInfo, SubtaskProgress
 from robocoach_msgs.srv import GetExperts, LoadAdapter, ResetScene
 from robocoach_skills.bootstrap import load_experts
-from robocoach_skills.composition import Composition, Subtask, UnknownSkillError
+from robocoach_skills.composition import Subtask, UnknownSkillError
 from robocoach_skills.constants import (
     ACTION_EXECUTE_TASK,
-    OBS_IMAGE,
-    OBS_PROPRIO,
     SERVICE_GET_EXPERTS,
     SERVICE_LOAD_ADAPTER,
     SERVICE_RESET_SCENE,
-    TOPIC_CAMERA,
-    TOPIC_JOINT_COMMAND,
-    TOPIC_JOINT_STATES,
 )
 from robocoach_skills.nodes.adapter_service import serve_load_adapter
-from robocoach_skills.nodes.conversions import command_to_joint_state, msg_to_composition, msg_to_image
-from robocoach_skills.nodes.sim_robot import COMMAND_QOS
+from robocoach_skills.nodes.conversions import msg_to_composition
+from robocoach_skills.nodes.ros_robot import OBS_WAIT_S, RosRobot
 from robocoach_skills.nodes.spin import spin_node
+from robocoach_skills.robots import RobotError
 from robocoach_skills.router import OUTCOME_SUCCESS, Router, RouterConfig, TrialMonitor
-from robocoach_skills.sim.arms import clip_joint_command, get_arm
+from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.skill_policy import ChunkExecutionConfig, LibraryPolicy
-
-OBS_WAIT_S = 5.0  # how long a step or reset waits for fresh sensor data before the goal aborts
 
 
 class GoalCanceledError(Exception):
     """Raised inside the router loop when the client cancels the goal."""
-
-
-class RosRobot:
-    """The router's RobotEnv over ROS topics: newest sensor data in, joint commands out, at a fixed rate."""
-
-    def __init__(self, node: SkillExecutor) -> None:
-        self.node = node
-        self._next_tick = 0.0
-
-    def reset(self, composition: Composition, seed: int) -> dict:
-        self._next_tick = time.monotonic()
-        return self.node.fresh_observation(after=time.monotonic())
-
-    def step(self, action: np.ndarray) -> dict:
-        self.node.command(action)
-        self._next_tick += self.node.period_s
-        time.sleep(max(0.0, self._next_tick - time.monotonic()))
-        return self.node.fresh_observation(after=self._next_tick - self.node.period_s)
 
 
 class LockedPolicy(LibraryPolicy):
@@ -132,8 +106,6 @@ class SkillExecutor(Node):
         if not experts_dir:
             raise ValueError("parameter experts_dir is required (a directory written by bootstrap training)")
 
-        self.arm = get_arm(robot)
-        self.period_s = 1.0 / policy_rate
         self.library, self.registry, versions, deadlines = load_experts(Path(experts_dir))
         self._model_lock = threading.Lock()  # adapter swaps happen between inference steps, never during one
         self.policy = LockedPolicy(
@@ -150,20 +122,18 @@ class SkillExecutor(Node):
             RouterConfig(detector=detector, deadline_steps=deadline_steps, skill_deadline_steps=deadlines),
             detector_args,
         )
-        self._sensor = threading.Condition()
-        self._image: np.ndarray | None = None
-        self._joints: np.ndarray | None = None
-        self._image_time = self._joint_time = 0.0
         self._goal_active = False
-        self._last_command_time = 0.0
+        self._goal_start = 0.0  # monotonic start of the running goal: the watchdog's grace [s]
 
         sensors = ReentrantCallbackGroup()
-        self._command_pub = self.create_publisher(JointState, TOPIC_JOINT_COMMAND, COMMAND_QOS)
-        self.create_subscription(
-            Image, TOPIC_CAMERA, self._on_image, qos_profile_sensor_data, callback_group=sensors
-        )
-        self.create_subscription(
-            JointState, TOPIC_JOINT_STATES, self._on_joints, qos_profile_sensor_data, callback_group=sensors
+        # The robot_driver owns the arm; sensor data older than OBS_WAIT_S aborts a goal, as it always has.
+        self.robot = RosRobot(
+            self,
+            get_arm(robot),
+            1.0 / policy_rate,
+            camera_size=self.library.config.image_size,
+            feedback_timeout_s=OBS_WAIT_S,
+            callback_group=sensors,
         )
         self._reset_client = self.create_client(ResetScene, SERVICE_RESET_SCENE, callback_group=sensors)
         self.create_service(LoadAdapter, SERVICE_LOAD_ADAPTER, self._on_load_adapter, callback_group=sensors)
@@ -182,54 +152,21 @@ class SkillExecutor(Node):
         )
         self.get_logger().info(f"{robot} executor: experts {sorted(versions.items())} from {experts_dir}")
 
-    # ------------------------------------------------------------------ sensors and commands
-    def _on_image(self, msg: Image) -> None:
-        try:
-            image = msg_to_image(msg)
-        except ValueError as error:
-            self.get_logger().warning(f"camera frame ignored: {error}")
+    # ------------------------------------------------------------------ the arm
+    def _link(self) -> None:
+        """Connect to the driver before a goal; reconnecting clears a fault a previous goal latched (lost
+        feedback), once the driver is heard again. RobotError when it is not."""
+        if self.robot.is_connected and self.robot.health().ok:
             return
-        with self._sensor:
-            self._image, self._image_time = image, time.monotonic()
-            self._sensor.notify_all()
-
-    def _on_joints(self, msg: JointState) -> None:
-        with self._sensor:
-            self._joints, self._joint_time = np.asarray(msg.position, dtype=np.float32), time.monotonic()
-            self._sensor.notify_all()
-
-    def fresh_observation(self, after: float) -> dict:
-        """The newest frame and joint state, both received after `after` (monotonic time)."""
-        with self._sensor:
-            fresh = self._sensor.wait_for(
-                lambda: self._image is not None and min(self._image_time, self._joint_time) >= after,
-                OBS_WAIT_S,
-            )
-            if not fresh:
-                raise TimeoutError(f"no fresh camera frame and joint state within {OBS_WAIT_S} s")
-            return {OBS_IMAGE: self._image, OBS_PROPRIO: self._joints.copy()}
-
-    def command(self, action: np.ndarray) -> None:
-        """Publish a joint command, clipped to the arm's position and velocity limits (never bypassed)."""
-        with self._sensor:
-            current = self._joints[: self.arm.n_joints].astype(np.float64)
-        safe = clip_joint_command(self.arm, action, current, self.period_s)
-        self._command_pub.publish(command_to_joint_state(safe, self.arm.joint_names))
-        self._last_command_time = time.monotonic()
-
-    def hold(self) -> None:
-        """Command the measured joint positions: the arm stops where it is."""
-        with self._sensor:
-            if self._joints is None:
-                return
-            current = self._joints[: self.arm.n_joints].astype(np.float64)
-        self._command_pub.publish(command_to_joint_state(current, self.arm.joint_names))
-        self._last_command_time = time.monotonic()
+        if self.robot.is_connected:
+            self.robot.disconnect()
+        self.robot.connect()
 
     def _watchdog(self) -> None:
-        if self._goal_active and time.monotonic() - self._last_command_time > self.watchdog_s:
+        quiet = time.monotonic() - max(self.robot.last_command_time, self._goal_start)
+        if self._goal_active and quiet > self.watchdog_s:
             self.get_logger().warning(f"no command for {self.watchdog_s} s (inference stalled?): holding")
-            self.hold()
+            self.robot.hold()
 
     # ------------------------------------------------------------------ ExecuteTask
     def _on_goal(self, goal: ExecuteTask.Goal) -> GoalResponse:
@@ -243,9 +180,9 @@ class SkillExecutor(Node):
         start = time.monotonic()
         try:
             composition = msg_to_composition(goal_handle.request.composition)
-            if composition.robot != self.arm.name:
+            if composition.robot != self.robot.arm.name:
                 raise ValueError(
-                    f"composition is for {composition.robot!r}, this executor runs {self.arm.name!r}"
+                    f"composition is for {composition.robot!r}, this executor runs {self.robot.arm.name!r}"
                 )
             route = self.router.route(composition)
         except (ValueError, UnknownSkillError) as error:
@@ -253,24 +190,26 @@ class SkillExecutor(Node):
         if goal_handle.request.reset_scene:
             self._reset_scene(composition.name, goal_handle.request.initial_state_seed)
         monitor = FeedbackMonitor(goal_handle, [skill for _, skill in route])
-        self._goal_active = True
-        self._last_command_time = time.monotonic()
         try:
-            trial = self.router.run(
-                RosRobot(self), composition, goal_handle.request.initial_state_seed, monitor
-            )
+            self._link()
+        except RobotError as error:
+            return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
+        self._goal_active = True
+        self._goal_start = time.monotonic()
+        try:
+            trial = self.router.run(self.robot, composition, goal_handle.request.initial_state_seed, monitor)
         except GoalCanceledError:
-            self.hold()
+            self.robot.hold()
             result.subtasks = monitor.progress
             return self._finish(
                 goal_handle, result, "CANCELED", "canceled by the client", start, canceled=True
             )
-        except TimeoutError as error:
-            self.hold()
+        except (TimeoutError, RobotError) as error:
+            self.robot.hold()
             return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
         finally:
             self._goal_active = False
-        self.hold()
+        self.robot.hold()
         result.subtasks = monitor.progress
         result.success = trial.outcome == OUTCOME_SUCCESS
         result.first_failed_index = trial.timed_out_index
