@@ -1,9 +1,12 @@
 """The reduced profile of `robocoach experiment`, end to end, on a tiny but real prepared run directory.
 
-Every method goes through the coach's loop with its real ports (SimScene, ScriptedSession, CoachWorld
-and judge checkpoints, deployed evaluation); the checks are the issue's: every method consumed the same
-number of demos and was evaluated from the same initial states, and a finished experiment is read back
-rather than redone.
+Every method but (f) goes through the coach's loop with its real ports (SimScene, ScriptedSession,
+CoachWorld and judge checkpoints, deployed evaluation); (f) records whole-task demos on the same SimScene.
+The checks are the issue's: every subtask-demo method consumed the same number of demos, (f) the same
+budget in demo frames (each round's share reached, overshot by less than its last demo, whole-task
+demos round-robin over the training compositions from seeds apart from the evaluation seeds), every
+method was evaluated from the same initial states, and a finished experiment is read back rather than
+redone.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 from offboard_models import write_offboard_models
 
 from robocoach_bringup.experiment import PROFILES, ExperimentConfig, run_experiment
-from robocoach_world.experiment.methods import METHODS
+from robocoach_skills.data.store import EpisodeStore
+from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
+from robocoach_world.experiment.methods import METHODS, PolicyKind
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +42,19 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
     settings, seeds = PROFILES["reduced"]
     runs = result["runs"]
     assert sorted(r["method"] for r in runs) == sorted(METHODS) and len(runs) == len(METHODS) * seeds
-    assert {r["demos"] for r in runs} == {settings.budget}
     rounds = settings.budget // settings.demos_per_round
     for r in runs:
-        assert [c["demos"] for c in r["checkpoints"]] == [
-            k * settings.demos_per_round for k in range(rounds + 1)
-        ]
+        assert len(r["checkpoints"]) == len(r["rounds"]) + 1 == rounds + 1
+        if METHODS[r["method"]].policy == PolicyKind.END_TO_END:
+            _check_frame_budget(config, settings, r)
+        else:
+            assert r["demos"] == settings.budget
+            assert [c["demos"] for c in r["checkpoints"]] == [
+                k * settings.demos_per_round for k in range(rounds + 1)
+            ]
+            assert all(c["unsupported"] == [] for c in r["checkpoints"])
+        frames = np.cumsum([0] + [round_["demo_frames"] for round_ in r["rounds"]]).tolist()
+        assert [c["demo_frames"] for c in r["checkpoints"]] == frames
         assert r["eval_seeds"] == runs[0]["eval_seeds"] and len(r["eval_seeds"]) == settings.eval_rollouts
         for checkpoint in r["checkpoints"]:
             assert set(checkpoint["outcomes"]) == {*settings.training, *settings.held_out}
@@ -52,6 +65,34 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
     reference = next(row for row in on_disk["summary"]["table"] if row["method"] == "robocoach")
     assert "paired_vs_robocoach" not in reference
     assert all("paired_vs_robocoach" in row for row in on_disk["summary"]["table"] if row is not reference)
+
+
+def _check_frame_budget(config, settings, result):
+    """(f): each round's frame budget is demos_per_round bootstrap subtask demos' worth, and is reached."""
+    bootstrap = EpisodeStore(config.run / "episodes").iter_meta(kind="demo", robot=ROBOT)
+    worth = round(settings.demos_per_round * np.mean([m.length for m in bootstrap]))  # subtask demos only
+    store = EpisodeStore(
+        config.output / "runs" / result["method"] / ROBOT / f"seed{result['seed']}" / "episodes"
+    )
+    demos = sorted(
+        (m for m in store.iter_meta(kind="demo") if "whole_task_slot" in m.metadata),
+        key=lambda m: m.metadata["whole_task_slot"],
+    )
+    assert result["demos"] == len(demos) > 0
+    for m in demos:  # round-robin over the training compositions, seeded, apart from evaluation seeds
+        slot = m.metadata["whole_task_slot"]
+        assert m.composition.name == settings.training[slot % len(settings.training)]
+        assert m.seed == WHOLE_TASK_SEED_BASE + slot and m.seed not in result["eval_seeds"]
+    allowed = 0
+    for k, round_ in enumerate(result["rounds"]):
+        mine = [m for m in demos if m.metadata["round"] == k]
+        assert round_["frame_budget"] == worth and round_["demo_frames"] == sum(m.length for m in mine)
+        allowed += worth
+        used = result["checkpoints"][k + 1]["demo_frames"]
+        assert allowed <= used < allowed + mine[-1].length  # reached; only the last demo overshoots
+    for checkpoint in result["checkpoints"]:  # no policy for a held-out composition: failures, said so
+        assert checkpoint["unsupported"] == list(settings.held_out)
+        assert not any(o for name in settings.held_out for o in checkpoint["outcomes"][name])
 
 
 def test_a_finished_experiment_is_read_back_not_rerun(experiment):

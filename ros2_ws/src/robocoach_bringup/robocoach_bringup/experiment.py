@@ -1,11 +1,11 @@
-"""`robocoach experiment`: every method of the matched-budget comparison, through the coach's loop.
+"""`robocoach experiment`: every method of the matched-budget comparison, on the coach's schedule.
 
     robocoach demo --output runs/demo                              # inputs: bootstrap, world, judge
     robocoach experiment --run runs/demo --output runs/experiment  # full profile
     robocoach experiment --run runs/quick1 --profile reduced --output runs/experiment_reduced
 
 Each (method, arm, seed) run lives in <output>/runs/<method>/<arm>/seed<k>/ (robocoach_world.experiment.
-runner): a finished one is read back, an interrupted one resumes through its coach state. When all
+runner): a finished one is read back, an interrupted one resumes through its persisted state. When all
 are done, <output>/experiment.json holds every number per seed and <output>/report.md the table and
 plots (success vs demo budget, held-out success, Budget AUC with intervals).
 """
@@ -40,7 +40,7 @@ PROFILES: dict[str, tuple[RunSettings, int]] = {  # settings, seeds
             budget=4, demos_per_round=2, eval_rollouts=2, training=("press_push", "two_buttons"),
             held_out=("push_then_press",), initial_states=2,
             imagined_rollouts=4, num_world_seeds=2, horizon=40, adapter_steps=20, min_reach=1,
-            shared_init_steps=20,
+            shared_init_steps=20, end_to_end_init_steps=20,
         ),
         1,
     ),
@@ -135,7 +135,11 @@ def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, f
             f"run compute {compute:.0f} s, this invocation {experiment['wall_s']:.0f} s.",
             "",
             "Uniform and random acquisition run no rollouts: their coach records are priors, "
-            "not imagined trials.",
+            "not imagined trials. (f) records whole-task demos instead of subtask demos (its demos "
+            "column counts those): each round it may spend the round's subtask-demo budget times the "
+            "mean length of the arm's bootstrap subtask demos, in demo frames. experiment.json holds "
+            "every method's demo frames per round (`runs[].rounds[].demo_frames`, and (f)'s "
+            "`frame_budget`).",
             "",
             markdown(experiment["summary"], files),
             "",

@@ -1,6 +1,7 @@
 """The methods compared at a matched demo budget, as data: a policy kind, a target source, an allocation.
 
-Every method runs the same `Coach` loop; only three things differ (issue 8's list):
+Every method runs on the same schedule (rounds, demos per round, update steps); only three things
+differ (issue 8's list):
 
     name          policy          targets from      allocation
     (a) shared_uniform    shared_adapter  uniform prior     uniform
@@ -8,12 +9,14 @@ Every method runs the same `Coach` loop; only three things differ (issue 8's lis
     (c) modular_random    modular         random outcomes   top_m
     (d) robocoach         modular         world model       top_m
     (e) modular_uniform   modular         uniform prior     uniform
+    (f) end_to_end        end_to_end      none              round_robin
     (g) oracle            modular         deployed (sim)    top_m
 
-Targets "uniform prior" and "random outcomes" run no rollout: the port returns records that say every
-subtask fails first once (uniform) or that draw each trial's first failure at random (random), so
-the unchanged diagnosis and allocation code turn them into uniform or random demo targets.
-(f), end-to-end whole-task demos, does not fit the subtask-demo coach loop and is not implemented.
+All but (f) run the `Coach` loop on subtask demos. Targets "uniform prior" and "random outcomes" run no
+rollout: the port returns records that say every subtask fails first once (uniform) or that draw each
+trial's first failure at random (random), so the unchanged diagnosis and allocation code turn them
+into uniform or random demo targets. (f) records whole-task demos round-robin over the training
+compositions, as many demo frames as its subtask-demo budget is worth (experiment.end_to_end).
 
 >>> ALLOCATORS["uniform"]([0.5, 0.3, 0.2], 7, AllocationConfig())
 [3, 2, 2]
@@ -31,6 +34,7 @@ from robocoach_world.coach.allocation import ALLOCATORS, AllocationConfig, regis
 class PolicyKind(StrEnum):
     MODULAR = "modular"  # per-skill LoRA adapters (the RoboCoach experts)
     SHARED_ADAPTER = "shared_adapter"  # one LoRA adapter shared by every skill, heads per skill
+    END_TO_END = "end_to_end"  # one whole policy per composition, taught by whole-task demos
 
 
 class Targets(StrEnum):
@@ -38,6 +42,7 @@ class Targets(StrEnum):
     DEPLOYED = "deployed"  # deployed on the simulator, judged by its ground truth (oracle)
     RANDOM = "random"  # random first failures: random targets
     UNIFORM = "uniform"  # every subtask fails first once: every pair weighted alike
+    NONE = "none"  # no diagnosis: whole-task demos of every training composition in turn
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class Method:
     letter: str  # issue 8's label
     policy: PolicyKind
     targets: Targets
-    allocation: str  # a strategy in coach.allocation.ALLOCATORS
+    allocation: str  # a strategy in coach.allocation.ALLOCATORS; (f): ROUND_ROBIN over compositions
     summary: str
 
     @property
@@ -56,6 +61,7 @@ class Method:
 
 
 REFERENCE = "robocoach"  # the method every other one is tested against
+ROUND_ROBIN = "round_robin"  # (f)'s allocation: whole-task demo slot k goes to composition k mod n
 
 METHODS: dict[str, Method] = {
     m.name: m
@@ -70,6 +76,8 @@ METHODS: dict[str, Method] = {
                "RoboCoach: modular experts, world-model-targeted demos (top-M)"),
         Method("modular_uniform", "e", PolicyKind.MODULAR, Targets.UNIFORM, "uniform",
                "modular experts, uniform acquisition"),
+        Method("end_to_end", "f", PolicyKind.END_TO_END, Targets.NONE, ROUND_ROBIN,
+               "end-to-end policy per composition, whole-task demos at the same demo frames"),
         Method("oracle", "g", PolicyKind.MODULAR, Targets.DEPLOYED, "top_m",
                "oracle: modular experts, targets from deployed (sim) failures"),
     )

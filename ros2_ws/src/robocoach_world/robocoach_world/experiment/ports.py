@@ -5,7 +5,8 @@ SimScene resets to the coach's imagination seeds, demo requests are answered by 
 `ScriptedSession` the scripted_operator node runs, adapters are already live in this process (nothing
 to push), and a closed round is logged. Where the targets come from is a `TargetSource`:
 
-* `WorldModelTargets`: `imagine_composition` in CoachWorld, judged by the progress judge (RoboCoach);
+* `WorldModelTargets`: `imagine_composition` in CoachWorld, judged by the progress judge (RoboCoach),
+  with failure clips for the scorecard when asked for;
 * `DeployedTargets`: the current experts deployed on the simulator from the same seeds, judged by its
   ground truth (the oracle: what imagination would say if it were perfect);
 * `PriorTargets`: no rollout at all; uniform (every subtask fails first once) or random first failures.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -33,9 +35,10 @@ from robocoach_skills.teleop.session import (
     stable_seed,
 )
 from robocoach_world.coach.improve import AdapterUpdate
-from robocoach_world.coach.loop import Collected
+from robocoach_world.coach.loop import Collected, Imagined
+from robocoach_world.coach.scorecard import FailureClip
 from robocoach_world.coach.state import RequestState
-from robocoach_world.imagine import ImaginationConfig, imagine_composition
+from robocoach_world.imagine import ImaginationConfig, failure_examples, imagine_composition
 from robocoach_world.judge.model import ProgressJudge
 from robocoach_world.judge.verdict import Deadlines, VerdictConfig
 from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
@@ -47,7 +50,7 @@ log = logging.getLogger("robocoach.experiment")
 class TargetSource(Protocol):
     """The trials a round is diagnosed from (CoachPorts.imagine)."""
 
-    def __call__(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]: ...
+    def __call__(self, composition: Composition, versions: dict[str, int]) -> Imagined: ...
 
 
 class InitialObservations:
@@ -69,7 +72,11 @@ class InitialObservations:
 
 
 class WorldModelTargets:
-    """Imagined trials of the current experts, diagnosed by the judge (what the coach node asks for)."""
+    """Imagined trials of the current experts, diagnosed by the judge (what the coach node asks for).
+
+    With `clips` > 0 the frames are kept, and the first `clips` failed trials per first-failed subtask
+    come back as failure clips (as the world model node returns them); the other frames are dropped.
+    """
 
     def __init__(
         self,
@@ -80,17 +87,23 @@ class WorldModelTargets:
         library: ChunkPolicy,
         observations: InitialObservations,
         config: ImaginationConfig,
+        clips: int = 0,
     ) -> None:
         self.world, self.judge, self.verdict, self.deadlines = world, judge, verdict, deadlines
-        self.library, self.observations, self.config = library, observations, config
+        self.library, self.observations, self.clips = library, observations, clips
+        self.config = replace(config, keep_frames=clips > 0)
 
-    def __call__(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+    def __call__(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         images, proprio = self.observations(composition)
         trials = imagine_composition(
             self.world, self.judge, self.library, self.deadlines, composition, images, proprio, self.config,
             versions=versions, initial_seeds=self.observations.seeds, verdict=self.verdict,
         )  # fmt: skip
-        return [t.record for t in trials]
+        shown = [trials[k] for k in failure_examples(trials, self.clips)]
+        return Imagined(
+            [t.record for t in trials],
+            [FailureClip.of_trial(composition, t.record, t.frames, t.trace, t.active) for t in shown],
+        )
 
 
 class DeployedTargets:
@@ -99,14 +112,16 @@ class DeployedTargets:
     def __init__(self, router: Callable[[dict[str, int]], Router], scene: SimScene, seeds: Sequence[int]):
         self.router, self.scene, self.seeds = router, scene, list(seeds)
 
-    def __call__(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+    def __call__(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         result = evaluate(self.router(versions), self.scene, composition, self.seeds)
-        return [
-            TrialRecord.of_route(
-                composition, versions, trial.ground_truth["first_failed"], k, seed, SOURCE_DEPLOYED
-            )
-            for k, (seed, trial) in enumerate(zip(self.seeds, result.trials, strict=True))
-        ]
+        return Imagined(
+            [
+                TrialRecord.of_route(
+                    composition, versions, trial.ground_truth["first_failed"], k, seed, SOURCE_DEPLOYED
+                )
+                for k, (seed, trial) in enumerate(zip(self.seeds, result.trials, strict=True))
+            ]
+        )
 
 
 class PriorTargets:
@@ -121,7 +136,7 @@ class PriorTargets:
     def __init__(self, random: bool, seeds: Sequence[int], seed: int, per_composition: int) -> None:
         self.random, self.seeds, self.seed, self.per_composition = random, list(seeds), seed, per_composition
 
-    def __call__(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+    def __call__(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         n = len(composition.subtasks)
         if self.random:
             key = stable_seed(self.seed, composition.robot, composition.name, sorted(versions.items()))
@@ -129,12 +144,14 @@ class PriorTargets:
         else:
             failures = list(range(n))
         states = len(self.seeds)
-        return [
-            TrialRecord.of_route(
-                composition, versions, failed, k % states, self.seeds[k % states], SOURCE_IMAGINED
-            )
-            for k, failed in enumerate(failures)
-        ]
+        return Imagined(
+            [
+                TrialRecord.of_route(
+                    composition, versions, failed, k % states, self.seeds[k % states], SOURCE_IMAGINED
+                )
+                for k, failed in enumerate(failures)
+            ]
+        )
 
 
 class LocalPorts:
@@ -143,7 +160,7 @@ class LocalPorts:
     def __init__(self, targets: TargetSource, session: ScriptedSession, robot: str) -> None:
         self.targets, self.session, self.robot = targets, session, robot
 
-    def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+    def imagine(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         return self.targets(composition, versions)
 
     def collect(self, request: RequestState) -> Collected:

@@ -4,11 +4,17 @@
 
 `inputs` is a `robocoach demo` run directory (episodes/, experts/, world/, judge/). The run works in
 `run_dir` on its own copies of the bootstrap experts and demo store (demos it collects land there),
-keeps its coach state there, and evaluates the experts before coaching and after every round on the
-fixed evaluation seeds (deployed on the simulator, the judge switching subtasks as the executor does,
+keeps its state there, and evaluates the policy before coaching and after every round on the fixed
+evaluation seeds (deployed on the simulator, the judge switching subtasks as the executor does,
 scored by the simulator's ground truth). Each checkpoint's evaluation is its own file, written
 before the next round starts, and `result.json` + `DONE` mark a finished run: an interrupted run
-resumes through `CoachState` and skips the checkpoints it already evaluated.
+resumes through its state (`CoachState`; (f): `WholeTaskState`) and skips the checkpoints it already
+evaluated.
+
+Rounds are spent by the coach's loop, or for (f) by `end_to_end.WholeTaskTeacher` on the same
+`CoachConfig` schedule; everything else (preparation, evaluation, result.json) is shared. A
+composition without a policy ((f) on a held-out one) is evaluated as unsupported: every trial a
+failure, and its name in the checkpoint's `unsupported`.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -30,11 +37,11 @@ from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
 from robocoach_skills.experts.artifacts import load_backbone
-from robocoach_skills.experts.baselines import SharedAdapterPolicy
-from robocoach_skills.experts.model import ExpertLibrary
+from robocoach_skills.experts.baselines import EndToEndPolicy, SharedAdapterPolicy
+from robocoach_skills.experts.model import ChunkPolicy
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_skills.experts.train import update_adapter
-from robocoach_skills.router import Router, RouterConfig
+from robocoach_skills.router import Router, RouterConfig, SkillPolicy
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import get_composition, held_out_compositions, training_compositions
@@ -44,6 +51,15 @@ from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ROUND_METRIC, ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig
 from robocoach_world.coach.state import CoachState
+from robocoach_world.experiment.end_to_end import STATE_FILE as WHOLE_TASK_STATE_FILE
+from robocoach_world.experiment.end_to_end import (
+    CompositionPolicy,
+    WholeTaskState,
+    WholeTaskTeacher,
+    frames_per_subtask_demo,
+    init_end_to_end,
+    load_end_to_end,
+)
 from robocoach_world.experiment.methods import METHODS, Method, PolicyKind, Targets
 from robocoach_world.experiment.ports import (
     DeployedTargets,
@@ -77,7 +93,7 @@ class RunSpec:
 class RunSettings:
     """What every run shares: the matched budget, schedule and evaluation."""
 
-    budget: int = 150  # subtask demos per arm
+    budget: int = 150  # subtask demos per arm; (f): as many demo frames as these are worth
     demos_per_round: int = 50
     eval_rollouts: int = 20  # evaluation initial states per composition (evaluation_seeds)
     training: tuple[str, ...] = ()  # training compositions coached and evaluated; () = all
@@ -89,6 +105,7 @@ class RunSettings:
     adapter_steps: int = 300  # optimiser steps per retrained adapter
     min_reach: int = 5  # diagnosis: pairs reached by fewer valid trials get no demos
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
+    end_to_end_init_steps: int = 300  # (f): steps per composition fitting its policy on bootstrap demos
     max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up
     image_size: int = 64  # must match the input run's episodes
 
@@ -102,11 +119,12 @@ class Checkpoint:
     """Deployed success of one budget checkpoint (before coaching, then after each round)."""
 
     round: int  # rounds closed before it
-    demos: int  # subtask demos spent so far
+    demos: int  # demos spent so far (subtask demos; (f): whole-task demos)
     demo_frames: int  # frames of those demos
     versions: dict[str, int]
     outcomes: dict[str, list[bool]] = field(default_factory=dict)  # composition -> success per eval seed
     first_failed: dict[str, list[int]] = field(default_factory=dict)  # composition -> per eval seed
+    unsupported: list[str] = field(default_factory=list)  # compositions without a policy: all failed
     seconds: float = 0.0
 
 
@@ -164,8 +182,11 @@ def restore_shared(experts: Path) -> tuple[SharedAdapterPolicy, AdapterRegistry,
     return library, registry, versions
 
 
-def prepare(inputs: Path, run_dir: Path, method: Method, settings: RunSettings, seed: int) -> None:
-    """The run's own experts and demo store, copied from the bootstrap (atomically: tmp, then rename)."""
+def prepare(
+    inputs: Path, run_dir: Path, method: Method, settings: RunSettings, seed: int, train: list[Composition]
+) -> None:
+    """The run's own experts and demo store, copied from the bootstrap (atomically: tmp, then rename);
+    a baseline's policy is fitted on the bootstrap demos in the copy (`train`: (f)'s compositions)."""
     for name in ("episodes", "experts"):
         target = run_dir / name
         if target.exists():
@@ -180,51 +201,85 @@ def prepare(inputs: Path, run_dir: Path, method: Method, settings: RunSettings, 
             registry = AdapterRegistry(tmp / ADAPTERS_DIR)
             for skill in library.skills:
                 registry.publish(library, skill, {"demos_used": 0, "metrics": {"shared_init": 1.0}})
+        if name == "experts" and method.policy == PolicyKind.END_TO_END:
+            torch.manual_seed(seed)
+            init_end_to_end(
+                tmp, EpisodeStore(run_dir / "episodes"), train, settings.end_to_end_init_steps, seed
+            )
         tmp.rename(target)
 
 
-def load_policy(experts: Path, method: Method) -> tuple[ExpertLibrary, AdapterRegistry, dict[str, int]]:
+def load_policy(experts: Path, method: Method) -> tuple[ChunkPolicy, dict[str, int]]:
+    """The run's policy with its active versions (skill, or (f) composition -> version)."""
+    if method.policy == PolicyKind.END_TO_END:
+        return load_end_to_end(experts)
     if method.policy == PolicyKind.SHARED_ADAPTER:
-        return restore_shared(experts)
-    library, registry, versions, _ = load_experts(experts)
-    return library, registry, versions
+        library, _, versions = restore_shared(experts)
+        return library, versions
+    library, _, versions, _ = load_experts(experts)
+    return library, versions
 
 
 # ---------------------------------------------------------------------------------- the run
 class _Run:
-    """The live pieces of one run; `checkpoint(k)` evaluates the experts as they are now."""
+    """The live pieces of one run; `checkpoint(k)` evaluates the policy as it is now."""
 
     def __init__(self, inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -> None:
         self.spec, self.settings, self.run_dir = spec, settings, run_dir
         self.method = METHODS[spec.method]
-        prepare(inputs, run_dir, self.method, settings, spec.seed)
-        self.library, self.registry, versions = load_policy(run_dir / "experts", self.method)
+        self.train, self.held_out = compositions_of(spec.robot, settings)
+        prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
+        self.library, versions = load_policy(run_dir / "experts", self.method)
         self.store = EpisodeStore(run_dir / "episodes")
         self.scene = SimScene(SceneConfig(robot=spec.robot, image_size=settings.image_size))
         self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", spec.robot)
-        self.train, self.held_out = compositions_of(spec.robot, settings)
         self.eval_seeds = evaluation_seeds(settings.eval_rollouts)
-        self.state = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
-        config = CoachConfig(
+        schedule = CoachConfig(  # every method's: budget, rounds, update steps and replay
             budget=settings.budget,
             demos_per_round=settings.demos_per_round,
-            diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
-            allocation=AllocationConfig(strategy=self.method.allocation),
             improve=ImproveConfig(steps=settings.adapter_steps, seed=spec.seed),
         )
-        session = ScriptedSession(
-            self.scene, self.store, ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
-        )
-        ports = LocalPorts(self._targets(inputs), session, spec.robot)
-        self.coach = Coach(config, self.state, self.train, self.library, self.registry, self.store, ports)
+        station = ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
+        self.teacher: Coach | WholeTaskTeacher
+        if self.method.policy == PolicyKind.END_TO_END:
+            frames = frames_per_subtask_demo(self.store, spec.robot, self.train)
+            whole_task = WholeTaskState.open(run_dir / WHOLE_TASK_STATE_FILE, frames, versions)
+            self.teacher = WholeTaskTeacher(
+                schedule, whole_task, self.library, self.train, self.store, self.scene, run_dir / "experts",
+                station,
+            )  # fmt: skip
+        else:
+            config = replace(
+                schedule,
+                diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
+                allocation=AllocationConfig(strategy=self.method.allocation),
+            )
+            registry = AdapterRegistry(run_dir / "experts" / ADAPTERS_DIR)
+            ports = LocalPorts(
+                self._targets(inputs), ScriptedSession(self.scene, self.store, station), spec.robot
+            )
+            coach = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
+            self.teacher = Coach(config, coach, self.train, self.library, registry, self.store, ports)
+        self.state = self.teacher.state
 
-    def router(self, versions: dict[str, int]) -> Router:
+    def skill_policy(self, composition: Composition, versions: dict[str, int]) -> SkillPolicy | None:
+        """What runs `composition`: the experts, or (f) its own policy (None: it has none)."""
+        if not isinstance(self.library, EndToEndPolicy):
+            return LibraryPolicy(self.library, versions)
+        if composition.name not in self.library.skills:
+            return None
+        return CompositionPolicy(self.library, composition, versions)
+
+    def router(self, policy: SkillPolicy) -> Router:
         """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
         config = RouterConfig(
             detector="judge",
-            skill_deadline_steps=self.deadlines.per_skill(self.spec.robot, self.library.skills),
+            skill_deadline_steps=self.deadlines.per_skill(self.spec.robot, policy.skills()),
         )
-        return Router(LibraryPolicy(self.library, versions), config, self.detector_args)
+        return Router(policy, config, self.detector_args)
+
+    def frames(self, episode_ids: Iterable[str]) -> int:
+        return sum(self.store.meta(e).length for e in episode_ids)
 
     def _targets(self, inputs: Path) -> TargetSource:
         s, seed = self.settings, self.spec.seed
@@ -240,7 +295,9 @@ class _Run:
                 self.library, InitialObservations(self.scene, seeds), imagination,
             )  # fmt: skip
         if self.method.targets == Targets.DEPLOYED:
-            return DeployedTargets(self.router, self.scene, seeds)
+            return DeployedTargets(
+                lambda versions: self.router(LibraryPolicy(self.library, versions)), self.scene, seeds
+            )
         return PriorTargets(self.method.targets == Targets.RANDOM, seeds, seed, s.imagined_rollouts)
 
     def checkpoint(self, index: int) -> Checkpoint:
@@ -250,10 +307,15 @@ class _Run:
         start = time.perf_counter()
         versions = dict(self.state.adapter_versions)
         ids = self.state.received_ids()
-        point = Checkpoint(index, len(ids), sum(self.store.meta(e).length for e in ids), versions)
-        router = self.router(versions)
+        point = Checkpoint(index, len(ids), self.frames(ids), versions)
         for composition in self.train + self.held_out:
-            result = evaluate(router, self.scene, composition, self.eval_seeds)
+            policy = self.skill_policy(composition, versions)
+            if policy is None:  # never silently dropped: every trial counts as failed at subtask 0
+                point.unsupported.append(composition.name)
+                point.outcomes[composition.name] = [False] * len(self.eval_seeds)
+                point.first_failed[composition.name] = [0] * len(self.eval_seeds)
+                continue
+            result = evaluate(self.router(policy), self.scene, composition, self.eval_seeds)
             point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
             point.first_failed[composition.name] = [
                 int(t.ground_truth["first_failed"]) for t in result.trials
@@ -279,9 +341,9 @@ def run_one(inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -
     # Invariant: checkpoint k is evaluated before round k+1 takes its first step, so on resume the
     # active adapters are those of the newest checkpoint whenever its evaluation is missing.
     points = [run.checkpoint(k) for k in range(run.state.round + 1)]
-    while not run.coach.finished:
+    while not run.teacher.finished:
         closed = run.state.round
-        run.coach.step()
+        run.teacher.step()
         if run.state.round > closed:
             points.append(run.checkpoint(run.state.round))
     run.scene.close()
@@ -296,8 +358,14 @@ def run_one(inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -
         "demos": run.state.demos_spent,
         "demo_frames": points[-1].demo_frames,
         "checkpoints": [asdict(p) for p in points],
-        "rounds": [
-            {"round": h["round"], "allocation": h["allocation"].get("demos", []), "improved": h["improved"]}
+        "rounds": [  # frame_budget: (f)'s frames for the round; null where the budget is in subtask demos
+            {
+                "round": h["round"],
+                "allocation": h["allocation"].get("demos", []),
+                "improved": h["improved"],
+                "demo_frames": run.frames(e for r in h["requests"] for e in r["episode_ids"]),
+                "frame_budget": h.get("frame_budget"),
+            }
             for h in run.state.history
         ],
         "seconds": time.perf_counter() - start,  # this process's share (a resumed run counts again)

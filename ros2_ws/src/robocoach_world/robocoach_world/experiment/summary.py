@@ -6,6 +6,10 @@ pooled. Budget AUC (`measures.budget_auc`) gets a percentile bootstrap interval 
 (seed, composition, initial state), resampled jointly across checkpoints. Each method is compared with
 RoboCoach by an exact McNemar test on final training outcomes paired by (seed, composition, initial
 state): both methods started from the very same evaluation states.
+
+Checkpoints sit at budget levels: after round k, k x demos_per_round subtask demos (at most the
+budget), or for (f) the demo frames those are worth. Compositions a method has no policy for ((f) on
+held-out ones) count as failures, and each row lists them under `unsupported`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ def _outcomes(result: dict, checkpoint: int, names: Sequence[str]) -> list[bool]
     """Outcomes at a checkpoint, ordered by (composition, evaluation seed)."""
     outcomes = result["checkpoints"][checkpoint]["outcomes"]
     return [o for name in names for o in outcomes[name]]
+
+
+def _budgets(result: dict) -> list[int]:
+    """The budget level of each checkpoint, in subtask demos: what every method was matched at."""
+    s = result["settings"]
+    return [min(k * s["demos_per_round"], s["budget"]) for k in range(len(result["checkpoints"]))]
 
 
 def _matrix(runs: Sequence[dict], names_key: str) -> np.ndarray:
@@ -64,7 +74,7 @@ def summarize(results: Sequence[dict]) -> dict:
             "letter": METHODS[method].letter,
             "robot": robot,
             "seeds": [r["seed"] for r in runs],
-            "budgets": [c["demos"] for c in runs[0]["checkpoints"]],
+            "budgets": _budgets(runs[0]),
             "demos": [r["demos"] for r in runs],
             "demo_frames": [r["demo_frames"] for r in runs],
             "training_success_per_seed": per_seed,
@@ -77,6 +87,9 @@ def summarize(results: Sequence[dict]) -> dict:
             "budget_auc": budget_auc(train.mean(axis=0)),
             "budget_auc_interval": _auc_interval(train),
             "eval_units": n,
+            "unsupported": sorted(
+                {c for r in runs for p in r["checkpoints"] for c in p.get("unsupported", [])}
+            ),
         }
         table.append(row)
     _paired_tests(table, groups)
@@ -124,8 +137,8 @@ def plot(summary: dict, out: Path) -> list[Path]:
                 capsize=3,
                 label=f"({row['letter']}) {row['method']}",
             )
-        ax.set(title=f"{robot}: training compositions", xlabel="subtask demos", ylabel="deployed success",
-               ylim=(-0.02, 1.02))  # fmt: skip
+        ax.set(title=f"{robot}: training compositions", xlabel="subtask demos ((f): their frames)",
+               ylabel="deployed success", ylim=(-0.02, 1.02))  # fmt: skip
         ax.legend(fontsize=7)
     files.append(_save(fig, out / "success_vs_budget.png"))
     for name, key, wilson, ylabel in (
@@ -173,7 +186,7 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
             )
         )
         lo, hi = r["held_out_wilson"][-1]
-        held = f"{r['held_out_success'][-1]:.0%} [{lo:.0%}, {hi:.0%}]"
+        held = f"{r['held_out_success'][-1]:.0%} [{lo:.0%}, {hi:.0%}]" + ("†" if r["unsupported"] else "")
         auc_lo, auc_hi = r["budget_auc_interval"]
         test = r.get("paired_vs_robocoach", {}).get("training")
         versus = (
@@ -187,6 +200,13 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
             f"| {_join(r['demo_frames'])} "
             f"| {budgets} | {held} | {r['budget_auc']:.3f} [{auc_lo:.3f}, {auc_hi:.3f}] | {versus} |"
         )
+    notes = [
+        f"† ({r['letter']}) {r['method']} on {r['robot']} has no policy for {', '.join(r['unsupported'])}: "
+        "every trial there is counted as failed."
+        for r in summary["table"]
+        if r["unsupported"]
+    ]
+    lines += ["", *notes] if notes else []
     lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
     return "\n".join(lines)
 
