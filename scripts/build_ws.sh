@@ -29,6 +29,11 @@ rm -f "$STAMP"
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 export CMAKE_PREFIX_PATH="$VENV" AMENT_PREFIX_PATH="$VENV"
 cd "$WS"
+# A source file removed since the last build leaves a dangling symlink behind (--symlink-install), which
+# setup.py's data_files globs pick up and fail on ("can't copy ... launch/x.launch.py"): prune those.
+for dir in build install; do
+  if [ -d "$dir" ]; then find "$dir" -xtype l -delete; fi
+done
 if ! colcon build --symlink-install --event-handlers console_cohesion- status- \
       --cmake-args -DPython3_EXECUTABLE="$VENV/bin/python" -DBUILD_TESTING=OFF; then
   echo "[build] ERROR: colcon build failed (errors above; full logs in $WS/log/latest_build)." >&2

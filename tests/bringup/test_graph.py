@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from robocoach_bringup.graph import (
+    MACHINES,
     OFFBOARD_MACHINE,
     ROBOT_MACHINE,
     GraphConfig,
@@ -17,6 +18,9 @@ from robocoach_bringup.graph import (
     load_parameter_file,
 )
 from robocoach_bringup.processes import node_executable, parameter_args
+
+# the issue's launch files: the embedded default, each arm on hardware, and the GPU box's side
+LAUNCH_FILES = ("sim.launch.py", "franka.launch.py", "agilex.launch.py", "offboard.launch.py")
 
 
 @pytest.mark.parametrize("backend", ["sim", "hardware"])
@@ -64,6 +68,24 @@ def test_a_subset_of_nodes_and_bad_names_are_handled():
         GraphConfig(robot="ur5")
 
 
+@pytest.mark.parametrize("backend", ["sim", "hardware"])
+def test_each_machine_starts_its_side_of_the_graph(backend):
+    def names(machine: str) -> list[str]:
+        return [s.name for s in describe_graph(GraphConfig(robot="franka", backend=backend, machine=machine))]
+
+    assert names(OFFBOARD_MACHINE) == ["world_model", "progress_judge", "coach"]  # offboard.launch.py
+    assert sorted(names(ROBOT_MACHINE) + names(OFFBOARD_MACHINE)) == sorted(names("all"))
+    assert set(MACHINES) == {"all", ROBOT_MACHINE, OFFBOARD_MACHINE}
+    with pytest.raises(ValueError, match="unknown machine"):
+        GraphConfig(machine="laptop")
+
+
+def test_the_installed_share_holds_exactly_the_launch_files():
+    """What setup.py's data_files install (the package share when built, else the source tree)."""
+    launch_dir = Path(config_dir()).parent / "launch"
+    assert sorted(p.name for p in launch_dir.glob("*.launch.py")) == sorted(LAUNCH_FILES)
+
+
 def test_parameter_args_are_ros_args():
     assert parameter_args({"a": True, "b": [1, 2], "c": "x", "d": '{"k": 1}', "e": ""}, "n") == [
         "--ros-args", "-r", "__node:=n", "-p", "a:=true", "-p", "b:=[1, 2]", "-p", "c:=x",
@@ -82,7 +104,7 @@ def test_parameter_file_must_be_ros_format(tmp_path):
     importlib.util.find_spec("launch_ros") is None,
     reason="launch/launch_ros are not installable from PyPI here; the launch files run on robot workstations",
 )
-@pytest.mark.parametrize("launch_file", ["franka.launch.py", "piper.launch.py", "sim.launch.py"])
+@pytest.mark.parametrize("launch_file", LAUNCH_FILES)
 def test_launch_files_describe_the_graph(launch_file):
     path = Path(config_dir()).parent / "launch" / launch_file
     spec = importlib.util.spec_from_file_location("launch_file", path)

@@ -46,7 +46,13 @@ def test_quick_demo_runs_every_stage_through_the_ros_graph(tmp_path):
     assert [h["round"] for h in history] == [0, 1]  # the quick profile's two rounds, run by the coach node
     assert {r["robot"] for r in results["evaluation"]["rows"]} == {"piper"}
     assert (tmp_path / "report.html").stat().st_size > 0
-    assert "## ridi_rounds" in (tmp_path / "report.md").read_text()
+    report_md = (tmp_path / "report.md").read_text()
+    assert "## ridi_rounds" in report_md
+    # the last round's operator scorecard, its imagined failure clips linked from the report's folder
+    last_round = tmp_path / "coach" / "piper" / f"round_{history[-1]['round']:03d}"
+    for clip in json.loads((last_round / "scorecard.json").read_text())["clips"]:
+        link = f"coach/piper/{last_round.name}/{clip['path']}"
+        assert f"]({link})" in report_md and (tmp_path / link).is_file()
     bootstrap = next(s for s in report["stages"] if s["name"] == "bootstrap_demos")
     assert bootstrap["status"] == "done"
     for skill in bootstrap["results"]["summaries"]["piper"].values():

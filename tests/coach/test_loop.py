@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
+import numpy as np
 import pytest
 from coach_helpers import TASK_A, TASK_B, trials
 from episode_factory import make_episode
@@ -14,7 +16,8 @@ from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
 from robocoach_world.coach.improve import ImproveConfig
-from robocoach_world.coach.loop import Coach, CoachConfig, Collected
+from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
+from robocoach_world.coach.scorecard import FailureClip
 from robocoach_world.coach.state import Action, CoachState
 
 SKILLS = ("pick", "place", "press_button")
@@ -27,14 +30,18 @@ class CrashError(Exception):
 
 
 class MemoryPorts:
-    """Imagination returns fixed trials; the station writes synthetic demos; `crash_after` kills it."""
+    """Imagination returns fixed trials, each failure with a clip; the station writes synthetic demos;
+    `crash_after` kills it."""
 
     def __init__(self, store: EpisodeStore, crash_after_store: bool = False) -> None:
         self.store, self.crash_after_store = store, crash_after_store
         self.rounds, self.pushed = [], []
 
     def imagine(self, composition, versions):
-        return trials(composition, FAILURES[composition.name])
+        records = trials(composition, FAILURES[composition.name])
+        frames, trace = np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4)
+        clips = [FailureClip.of_trial(composition, r, frames, trace) for r in records if not r.success]
+        return Imagined(records, clips)
 
     def collect(self, request):
         ids = []
@@ -86,6 +93,15 @@ def test_rounds_spend_exactly_the_budget_on_the_failing_pairs(world):
     assert requested == {"place", "pick"}  # top-2 pairs by first-timeout mass; press never fails first
     assert registry.versions("place") == [0, 1, 2] and registry.versions("press_button") == [0]
     assert ports.pushed == [("pick", 1), ("place", 1), ("pick", 2), ("place", 2)]
+    for h in history:  # the scorecard beside the state file: the two first clips of each failing pair
+        folder = tmp_path / "coach" / f"round_{h['round']:03d}"
+        clips = json.loads((folder / "scorecard.json").read_text())["clips"]
+        pairs = ["franka:place(red_cube, bin)"] * 2 + ["franka:pick(red_cube)"] * 2  # by mass
+        assert [(c["pair"], c["composition"], c["seed"]) for c in clips] == list(
+            zip(pairs, ["task_a"] * 4, [100, 101, 106, 107], strict=True)
+        )
+        assert all((folder / c["path"]).is_file() for c in clips)
+        assert (folder / "scorecard.md").read_text().strip() == h["summary"]["scorecard"]
 
 
 def test_a_coach_killed_between_any_two_steps_or_mid_collection_loses_and_repeats_nothing(world):

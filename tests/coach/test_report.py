@@ -6,16 +6,23 @@ import json
 
 import numpy as np
 import pytest
-from coach_helpers import PLACE, TASK_A, TASK_B, trials
+from coach_helpers import TASK_A, TASK_B, trials
 
 from robocoach_world.coach.allocation import allocate
-from robocoach_world.coach.diagnosis import Pair, diagnose
+from robocoach_world.coach.diagnosis import diagnose
 from robocoach_world.coach.plots import (
     plot_allocation_per_round,
     plot_imagined_vs_deployed,
     plot_success_per_round,
 )
-from robocoach_world.coach.scorecard import FailureClip, ScorecardConfig, scorecard
+from robocoach_world.coach.scorecard import (
+    FailureClip,
+    ScorecardConfig,
+    pick_clips,
+    scorecard,
+    scorecard_markdown,
+    write_clips,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -25,15 +32,16 @@ def _diagnosis():
     return diagnose(records + trials(TASK_B, [-1, 1], states=[(0, 200), (1, 201)]), [TASK_A, TASK_B])
 
 
-def _clip(seed: int, frames: int = 12) -> FailureClip:
+def _clip(seed: int, frames: int = 12, failed: int = 1) -> FailureClip:
+    """A clip of a task_a trial from initial-state `seed` that first failed at subtask `failed`."""
+    record = trials(TASK_A, [failed], states=[(0, seed)])[0]
     rng = np.random.default_rng(seed)
-    return FailureClip(
-        pair=Pair("franka", PLACE),
-        composition="task_a",
-        seed=seed,
+    return FailureClip.of_trial(
+        TASK_A,
+        record,
         frames=rng.integers(0, 256, (frames, 16, 16, 3), dtype=np.uint8),
         trace=np.linspace(0, 0.7, frames),
-        active=np.repeat([0, 1], frames // 2),
+        active=(np.arange(frames) >= frames // 2).astype(int),
     )
 
 
@@ -52,17 +60,34 @@ def test_scorecard_without_clips():
     json.dumps(data)  # JSON-able as is (raises otherwise)
 
 
-def test_scorecard_writes_a_strip_per_clip_up_to_the_limit(tmp_path):
-    clips = [_clip(1), _clip(2), _clip(3, frames=3)]
-    markdown, data = scorecard(_diagnosis(), None, clips, tmp_path, ScorecardConfig(clips_per_pair=2))
-    assert [c["seed"] for c in data["clips"]] == [1, 2]
-    for clip in data["clips"]:
+def test_the_first_clips_of_the_top_pairs_are_written_and_linked(tmp_path):
+    diagnosis = _diagnosis()  # place: mass 0.5, pick: 0.125, press_button(red_button): never first
+    clips = [_clip(1), _clip(2, failed=0), _clip(3, frames=3), _clip(4)]
+    config = ScorecardConfig(clips_per_pair=2, top_pairs=1)
+    assert [c.seed for c in pick_clips(clips, config)] == [1, 3, 2]  # every pair's first two, grouped
+    shown = pick_clips(clips, config, diagnosis)
+    assert [c.seed for c in shown] == [1, 3]  # the top pair (place) only
+    entries = write_clips(shown, tmp_path, config)
+    markdown, data = scorecard(diagnosis, None, entries)
+    assert data["clips"] == entries and [c["seed"] for c in entries] == [1, 3]
+    for clip in entries:
         assert (tmp_path / clip["path"]).read_bytes()[:8] == PNG
         assert f"]({clip['path']})" in markdown
-    with pytest.raises(ValueError, match="out_dir"):
-        scorecard(_diagnosis(), None, clips)
+    assert "route: pick(red_cube) -> pick v0; place(red_cube, bin) -> place v0" in markdown
+    elsewhere = scorecard_markdown(data, link_base="coach/franka/round_000/")
+    assert f"](coach/franka/round_000/{entries[0]['path']})" in elsewhere
+    json.dumps(data)
+
+
+def test_clips_and_their_config_are_checked():
     with pytest.raises(ValueError, match="trace"):
-        FailureClip(Pair("franka", PLACE), "task_a", 0, np.zeros((4, 8, 8, 3), np.uint8), np.zeros(3))
+        FailureClip(_clip(1).pair, "task_a", 0, np.zeros((4, 8, 8, 3), np.uint8), np.zeros(3))
+    success = trials(TASK_A, [-1])[0]
+    with pytest.raises(ValueError, match="succeeded"):
+        FailureClip.of_trial(TASK_A, success, np.zeros((1, 8, 8, 3), np.uint8), np.zeros(1))
+    assert pick_clips([_clip(1)], ScorecardConfig(clips_per_pair=0)) == []  # 0: no clips
+    with pytest.raises(ValueError, match="top_pairs"):
+        ScorecardConfig(top_pairs=0)
 
 
 def test_plots_write_pngs(tmp_path):

@@ -4,7 +4,9 @@ judge, scripted operator and coach, each its own process exchanging robocoach_ms
 
 One test lets the coach spend its budget undisturbed; the other SIGKILLs it mid-collection and again
 mid-improve, restarts it with the same parameters each time, and checks the issue's rule: the round
-resumes with no demo lost or counted twice and no adapter retrained twice.
+resumes with no demo lost or counted twice and no adapter retrained twice. Both check each round's
+operator scorecard: imagined failure clips the world model returned, written beside the coach state
+and published for the station.
 
 Every check reads what the processes really wrote (the coach state file, the episode store, the
 adapter registry, node logs) or published (DemoRequest, DemoEpisode, CoachRound on the operator topics).
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from offboard_models import write_offboard_models
+from std_msgs.msg import String
 
 from robocoach_bringup.graph import GraphConfig, NodeSpec, describe_graph
 from robocoach_bringup.processes import RunningNode, running_nodes
@@ -29,13 +32,17 @@ from robocoach_msgs.srv import GetExperts
 from robocoach_skills.constants import (
     SERVICE_GET_EXPERTS,
     TOPIC_COACH_ROUNDS,
+    TOPIC_COACH_SCORECARD,
     TOPIC_DEMO_EPISODES,
     TOPIC_DEMO_REQUESTS,
 )
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_skills.nodes.station import OPERATOR_QOS
+from robocoach_skills.tasks import get_composition
 from robocoach_world.coach.improve import ROUND_METRIC
+from robocoach_world.coach.scorecard import SCORECARD_JSON
+from robocoach_world.coach.state import ROUND_DIR
 from robocoach_world.nodes.coach import STATE_FILE
 from ros_harness import call_service, spin_until
 
@@ -74,6 +81,7 @@ class Heard:
     requests: list[DemoRequest] = field(default_factory=list)
     episodes: list[DemoEpisode] = field(default_factory=list)
     rounds: list[CoachRound] = field(default_factory=list)
+    scorecards: list[String] = field(default_factory=list)
 
     def accepted_ids(self, run_id: str) -> list[str]:
         return [e.episode_id for e in self.episodes if e.accepted and e.request_id.startswith(run_id)]
@@ -121,6 +129,7 @@ def graph(ros_probe, offboard, tmp_path):
         ros_probe.create_subscription(DemoRequest, TOPIC_DEMO_REQUESTS, heard.requests.append, OPERATOR_QOS),
         ros_probe.create_subscription(DemoEpisode, TOPIC_DEMO_EPISODES, heard.episodes.append, OPERATOR_QOS),
         ros_probe.create_subscription(CoachRound, TOPIC_COACH_ROUNDS, heard.rounds.append, OPERATOR_QOS),
+        ros_probe.create_subscription(String, TOPIC_COACH_SCORECARD, heard.scorecards.append, OPERATOR_QOS),
     ]
     try:
         with running_nodes(specs, tmp_path / "logs", ros_probe.get_node_names) as nodes:
@@ -229,6 +238,17 @@ def _check_budget_spent_once(probe, graph: Graph) -> dict:
     assert [m.round for m in rounds] == list(range(ROUNDS))
     assert rounds[-1].demos_spent == BUDGET
     assert all(SKILL in a for m in rounds for a in m.allocation_skills)
+
+    # each round's scorecard: the first failures' clips (every trial times out at press_button first)
+    for entry in state["history"]:
+        folder = graph.state_file.parent / ROUND_DIR.format(round=entry["round"])
+        clips = json.loads((folder / SCORECARD_JSON).read_text())["clips"]
+        assert [c["pair"] for c in clips] == [f"{ROBOT}:{get_composition(ROBOT, TASK).subtasks[0]}"] * 2
+        assert all((folder / c["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for c in clips)
+        assert all(f"]({c['path']})" in entry["summary"]["scorecard"] for c in clips)
+    assert [m.data for m in graph.heard.scorecards][-ROUNDS:] == [
+        h["summary"]["scorecard"] for h in state["history"]
+    ]
     return state
 
 

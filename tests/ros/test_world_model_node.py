@@ -38,7 +38,9 @@ def world_node(ros_probe, tmp_path_factory):
         yield node
 
 
-def _goal(num_rollouts: int, horizon: int, frames: bool = False, drop_proprio: bool = False) -> Imagine.Goal:
+def _goal(
+    num_rollouts: int, horizon: int, frames: bool = False, clips: int = 0, drop_proprio: bool = False
+) -> Imagine.Goal:
     composition = get_composition(ROBOT, TASK)
     scene = SimScene(SceneConfig(robot=ROBOT, image_size=IMAGE_SIZE))
     observations = [scene.reset(composition, seed) for seed in SEEDS]
@@ -53,6 +55,7 @@ def _goal(num_rollouts: int, horizon: int, frames: bool = False, drop_proprio: b
         horizon=horizon,
         num_world_seeds=3,
         return_frames=frames,
+        failure_clips=clips,
     )
 
 
@@ -82,9 +85,24 @@ def test_imagine_returns_a_verdict_and_record_per_trial(ros_probe, world_node):
             assert (record.initial_state_id, record.seed) == (k % 2, SEEDS[k % 2])
             # an untrained judge never confirms a press: every trial stops at the horizon in subtask 0
             assert record.first_failed_index == 0 and record.first_failed_skill == "press_button"
-        assert result.frames_per_trial == 12 and len(result.frames) == 6 * 12
+        assert list(result.frame_trials) == list(range(6)) and list(result.frame_counts) == [12] * 6
+        assert len(result.frames) == len(result.frame_progress) == len(result.frame_subtasks) == 6 * 12
         assert (result.frames[0].height, result.frames[0].width) == (IMAGE_SIZE, IMAGE_SIZE)
+        assert set(result.frame_subtasks) == {0} and all(0 <= p <= 1 for p in result.frame_progress)
         spin_until(ros_probe, lambda: feedback and feedback[-1].steps_done == 12, 10.0, "last feedback")
+    finally:
+        client.destroy()
+
+
+def test_imagine_returns_the_frames_of_the_first_failures_only(ros_probe, world_node):
+    client, handle, _ = _send(ros_probe, _goal(num_rollouts=6, horizon=5, clips=2))
+    try:
+        answer = _result(ros_probe, handle)
+        assert answer.status == STATUS_SUCCEEDED, world_node.log()
+        result = answer.result
+        # every trial first fails at subtask 0: its first two, one per initial state, come back
+        assert list(result.frame_trials) == [0, 1] and list(result.frame_counts) == [5, 5]
+        assert len(result.frames) == len(result.frame_progress) == len(result.frame_subtasks) == 10
     finally:
         client.destroy()
 

@@ -1,7 +1,8 @@
-"""`ros2 launch robocoach_bringup franka.launch.py [backend:=sim] [machine:=robot|offboard] [run_dir:=D]`."""
+"""`ros2 launch robocoach_bringup franka.launch.py [backend:=sim] [machine:=robot|offboard] [run_dir:=D]`:
+the Franka FR3 on hardware."""
 
 from robocoach_bringup.launch_description import robocoach_launch
 
 
 def generate_launch_description():
-    return robocoach_launch("franka", backend="hardware")
+    return robocoach_launch("franka")

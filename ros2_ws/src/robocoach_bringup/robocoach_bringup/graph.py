@@ -22,6 +22,7 @@ from robocoach_skills.constants import ROBOTS
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"  # in the source tree
 BACKENDS = ("sim", "hardware")  # hardware: the arm's driver publishes the robot topics, no sim node
 ROBOT_MACHINE, OFFBOARD_MACHINE = "robot", "offboard"  # robot workstation vs the GPU box
+MACHINES = ("all", ROBOT_MACHINE, OFFBOARD_MACHINE)  # whose nodes a starter starts ("all": one machine)
 # Robot backend (robots.make_robot) of the `robot_driver` per arm on hardware; options in config/<robot>.yaml.
 HARDWARE_BACKENDS = {"franka": "franka", "piper": "piper_sdk"}
 
@@ -82,6 +83,7 @@ class GraphConfig:
     run_dir: Path = Path("runs/demo")  # experts, episodes, world, judge and coach state live here
     experts_dir: Path | None = None  # the experts the graph runs and coaches (None: <run_dir>/experts)
     nodes: tuple[str, ...] = ()  # only these node names ("" = the whole graph)
+    machine: str = "all"  # from MACHINES: only the nodes that run on this machine
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # node name -> parameters
 
     def __post_init__(self) -> None:
@@ -89,6 +91,8 @@ class GraphConfig:
             raise ValueError(f"unknown robot {self.robot!r}; known robots: {', '.join(ROBOTS)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; known backends: {', '.join(BACKENDS)}")
+        if self.machine not in MACHINES:
+            raise ValueError(f"unknown machine {self.machine!r}; known machines: {', '.join(MACHINES)}")
 
 
 def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
@@ -142,7 +146,7 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
                 "demo_recorder",
                 "demo_recorder",
                 ROBOT_MACHINE,
-                {**robot, "backend": HARDWARE_BACKENDS[config.robot], "store_dir": str(paths.episodes)},
+                {**robot, "backend": "driver", "store_dir": str(paths.episodes)},  # the arm is the driver's
             )
         )
     specs.append(
@@ -185,7 +189,7 @@ def describe_graph(config: GraphConfig) -> list[NodeSpec]:
         raise ValueError(f"graph has no nodes {sorted(unknown)}; it has {[s.name for s in graph]}")
     specs = []
     for spec in graph:
-        if config.nodes and spec.name not in config.nodes:
+        if (config.nodes and spec.name not in config.nodes) or config.machine not in ("all", spec.machine):
             continue
         parameters = {
             **common.get(spec.name, {}),

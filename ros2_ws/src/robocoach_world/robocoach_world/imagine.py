@@ -11,12 +11,13 @@ and the coach does not count it.
     trials = imagine_composition(world, judge, library, deadlines, composition, images, proprio,
                                  ImaginationConfig(num_rollouts=64))
     records = [t.record for t in trials]      # TrialRecords for the coach
+    shown = failure_examples(trials, 2)       # with keep_frames: the trials worth showing as clips
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,7 @@ class ImaginedTrial:
     confidence: float  # fraction of seeds agreeing with the diagnosis
     frames: np.ndarray | None = None  # (T, H, W, 3) uint8 of the first agreeing seed, with keep_frames
     trace: np.ndarray | None = None  # (T,) judged progress of that seed's active subtask, with keep_frames
+    active: np.ndarray | None = None  # (T,) index of that seed's judged-active subtask, with keep_frames
 
 
 class _Rows:
@@ -177,7 +179,7 @@ def imagine_composition(
         rows.steps[running] += 1
         active = np.nonzero(running)[0]
         rows.progress[active, rows.index[active]] = progress[active]
-        kept.trace(progress, running)
+        kept.trace(progress, rows.index, running)
         for row in np.nonzero(done)[0]:
             i = rows.index[row]
             rows.switch[row, i] = (step + 1) / fps
@@ -203,9 +205,25 @@ def imagine_composition(
             valid=count >= config.agreement,
         )  # fmt: skip
         agreeing = next(s for s, o in enumerate(outcomes) if o.first_failed == first_failed)
-        frames, trace = kept.get(trial, agreeing)
-        trials.append(ImaginedTrial(record, outcomes, count / n_seeds, frames, trace))
+        trials.append(ImaginedTrial(record, outcomes, count / n_seeds, *kept.get(trial, agreeing)))
     return trials
+
+
+def failure_examples(trials: Sequence[ImaginedTrial], per_subtask: int) -> list[int]:
+    """Indices of the first `per_subtask` valid failed trials of each first-failed subtask.
+
+    The trials whose frames become failure clips for the operator. Trial order goes round-robin over
+    the initial states, so the clips come from different initial states where the failures allow;
+    and it is deterministic, so the world model node and the in-process ports pick the same trials.
+    """
+    taken: Counter[int] = Counter()
+    examples = []
+    for k, trial in enumerate(trials):
+        record = trial.record
+        if record.valid and not record.success and taken[record.first_failed_index] < per_subtask:
+            taken[record.first_failed_index] += 1
+            examples.append(k)
+    return examples
 
 
 def majority(first_failures: list[int]) -> tuple[int, int]:
@@ -252,12 +270,18 @@ def _refill(
 
 
 class _FrameKeeper:
-    """Frames and judged progress of every row while it runs, only when asked to keep them."""
+    """Frames, judged progress and judged-active subtask of every row while it runs, only when asked to.
+
+    Every seed's frames are held until the end, since which seed agrees is known only then; the
+    caller keeps those of the trials it shows (`failure_examples`) and drops the rest.
+    """
 
     def __init__(self, n_trials: int, n_seeds: int, enabled: bool) -> None:
         self.n_seeds, self.enabled = n_seeds, enabled
-        self.frames: list[list[np.ndarray]] = [[] for _ in range(n_trials * n_seeds)] if enabled else []
-        self.traces: list[list[float]] = [[] for _ in range(n_trials * n_seeds)] if enabled else []
+        rows = n_trials * n_seeds if enabled else 0
+        self.frames: list[list[np.ndarray]] = [[] for _ in range(rows)]
+        self.traces: list[list[float]] = [[] for _ in range(rows)]
+        self.active: list[list[int]] = [[] for _ in range(rows)]
 
     def add(self, images: torch.Tensor, running: np.ndarray) -> None:
         if self.enabled:
@@ -265,13 +289,19 @@ class _FrameKeeper:
             for row in np.nonzero(running)[0]:
                 self.frames[row].append(array[row])
 
-    def trace(self, progress: np.ndarray, running: np.ndarray) -> None:
+    def trace(self, progress: np.ndarray, active: np.ndarray, running: np.ndarray) -> None:
         if self.enabled:
             for row in np.nonzero(running)[0]:
                 self.traces[row].append(float(progress[row]))
+                self.active[row].append(int(active[row]))
 
-    def get(self, trial: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def get(self, trial: int, seed: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """(frames (T, H, W, 3), trace (T,), active (T,)) of one row; Nones when not keeping."""
         if not self.enabled:
-            return None, None
+            return None, None, None
         row = trial * self.n_seeds + seed
-        return np.stack(self.frames[row]), np.asarray(self.traces[row], dtype=np.float32)
+        return (
+            np.stack(self.frames[row]),
+            np.asarray(self.traces[row], dtype=np.float32),
+            np.asarray(self.active[row], dtype=np.int64),
+        )

@@ -3,7 +3,9 @@
 The graph is the one the launch files start (`graph.describe_graph`, backend "sim"): sim robot,
 executor, world model, judge, scripted operator and coach, each its own process exchanging
 robocoach_msgs over DDS. The coach runs its rounds and exits when the budget is spent; the stage
-then reads what it did from the coach's state file (the same file a restarted coach resumes from).
+then reads what it did from the coach's state file (the same file a restarted coach resumes from),
+and the report shows each arm's last operator scorecard from the coach's round folder, its imagined
+failure clips linked where the coach wrote them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tqdm import tqdm
 from robocoach_bringup.graph import GraphConfig, RunPaths, describe_graph
 from robocoach_bringup.processes import running_nodes
 from robocoach_world.coach.plots import plot_allocation_per_round
+from robocoach_world.coach.scorecard import SCORECARD_JSON, scorecard_markdown
+from robocoach_world.coach.state import ROUND_DIR
 from robocoach_world.nodes.coach import STATE_FILE
 
 POLL_S = 2.0  # how often the stage looks at the coach's state file
@@ -69,7 +73,7 @@ def run(config, results: dict) -> dict:
     return {
         "history": summaries,
         "plots": plots,
-        "markdown": _markdown(summaries, plots),
+        "markdown": _markdown(summaries, plots, config.output),
     }
 
 
@@ -110,7 +114,7 @@ def _read_state(path: Path) -> dict:
         return {}
 
 
-def _markdown(summaries: dict[str, list[dict]], plots: list[str]) -> str:
+def _markdown(summaries: dict[str, list[dict]], plots: list[str], output: Path) -> str:
     lines = [
         "| robot | round | demos requested (pair: n) | imagined success per composition |",
         "|---|---|---|---|",
@@ -130,7 +134,15 @@ def _markdown(summaries: dict[str, list[dict]], plots: list[str]) -> str:
             lines.append(f"| {robot} | {entry['round']} | {demos} | {imagined} |")
     lines += ["", " ".join(f"![demo allocation]({p})" for p in plots)]
     for robot, history in summaries.items():  # what the operator saw before the last round's demos
-        if history and history[-1]["summary"].get("scorecard"):
+        if history:
             lines += ["", f"### Operator scorecard, {robot}, round {history[-1]['round']}", ""]
-            lines.append(history[-1]["summary"]["scorecard"])
+            lines.append(scorecard_section(output, robot, history[-1]["round"]))
     return "\n".join(lines)
+
+
+def scorecard_section(output: Path, robot: str, round_index: int) -> str:
+    """The coach's scorecard of one round as markdown for a report in `output`: clip links lead
+    from there to the PNGs in the coach's round folder."""
+    folder = coach_state_dir(output, robot) / ROUND_DIR.format(round=round_index)
+    data = json.loads((folder / SCORECARD_JSON).read_text())
+    return scorecard_markdown(data, link_base=f"{folder.relative_to(output).as_posix()}/")

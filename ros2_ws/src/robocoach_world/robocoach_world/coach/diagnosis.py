@@ -23,7 +23,7 @@ mass(pick) = (1/4 + 0) / 2 = 0.125, place was reached 3 + 2 = 5 times and comple
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from robocoach_skills.composition import Composition, Subtask
@@ -159,6 +159,19 @@ class Diagnosis:
         }
 
 
+def route_of(composition: Composition, versions: Sequence[int | None]) -> tuple[str, ...]:
+    """Each subtask with the expert (version) it was routed to, as the scorecard shows a route.
+
+    >>> from robocoach_skills.tasks import get_composition
+    >>> route_of(get_composition("piper", "two_buttons"), [2, None])
+    ('press_button(red_button) -> press_button v2', 'press_button(green_button) -> press_button')
+    """
+    return tuple(
+        f"{s} -> {s.skill}" + (f" v{v}" if v is not None else "")
+        for s, v in zip(composition.subtasks, versions, strict=True)
+    )
+
+
 def diagnose(
     records: Iterable[TrialRecord],
     compositions: Iterable[Composition],
@@ -231,11 +244,7 @@ def _compositions(
     out = []
     for key in dict.fromkeys([*by_task, *invalid]):
         comp, trials = known[key], by_task.get(key, [])
-        versions = trials[0].versions if trials else (None,) * len(comp.subtasks)
-        route = tuple(
-            f"{s} -> {s.skill}" + (f" v{v}" if v is not None else "")
-            for s, v in zip(comp.subtasks, versions, strict=True)
-        )
+        route = route_of(comp, trials[0].versions if trials else (None,) * len(comp.subtasks))
         successes = sum(t.success for t in trials)
         out.append(CompositionDiagnosis(comp.robot, comp.name, route, len(trials), invalid[key], successes))
     return tuple(out)

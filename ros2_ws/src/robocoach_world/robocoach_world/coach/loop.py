@@ -5,12 +5,18 @@ operator topic and `CollectDemo`, `LoadAdapter` on the executor and the world mo
 plugs in in-process ones, and both run this same code. Every step starts from `CoachState.next_step()`,
 so a coach killed at any moment resumes where the state file says, with no demo lost or counted twice.
 
+Once a round is diagnosed, its scorecard goes to `state.round_dir` (scorecard.md, scorecard.json and
+clips/*.png): the failure clips ports return are written there right away, so only the frames of clips
+that may be shown are held, and only until then. A coach restarted mid-IMAGINE shows clips of the
+compositions imagined after the restart only.
+
     coach = Coach(config, state, compositions, library, registry, store, ports)
     coach.run()          # until the budget is spent or config.rounds rounds are done
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +29,15 @@ from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_world.coach.allocation import AllocationConfig, allocate
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
-from robocoach_world.coach.scorecard import scorecard
+from robocoach_world.coach.scorecard import (
+    SCORECARD_JSON,
+    SCORECARD_MD,
+    FailureClip,
+    ScorecardConfig,
+    pick_clips,
+    scorecard,
+    write_clips,
+)
 from robocoach_world.coach.state import Action, CoachState, RequestState
 from robocoach_world.records import TrialRecord
 
@@ -39,6 +53,7 @@ class CoachConfig:
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     improve: ImproveConfig = field(default_factory=ImproveConfig)
+    scorecard: ScorecardConfig = field(default_factory=ScorecardConfig)
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.demos_per_round < 1:
@@ -53,6 +68,14 @@ class CoachConfig:
 
 
 @dataclass
+class Imagined:
+    """What imagining one composition gave."""
+
+    records: list[TrialRecord]  # every judged trial
+    clips: list[FailureClip] = field(default_factory=list)  # failed trials with frames (may be none)
+
+
+@dataclass
 class Collected:
     """What an operator station answered to one request."""
 
@@ -64,7 +87,7 @@ class Collected:
 class CoachPorts(Protocol):
     """Everything the coach does to the outside world."""
 
-    def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]: ...
+    def imagine(self, composition: Composition, versions: dict[str, int]) -> Imagined: ...
 
     def collect(self, request: RequestState) -> Collected: ...
 
@@ -116,21 +139,27 @@ class Coach:
 
     # ------------------------------------------------------------------ phases
     def _imagine_and_allocate(self, done: set[tuple[str, str]]) -> None:
+        clips: list[FailureClip] = []  # at most clips_per_pair per pair: the frames held until diagnosed
         for composition in self.compositions:
             if (composition.robot, composition.name) in done:
                 continue  # imagined before a restart: its records are in the state already
-            records = self.ports.imagine(composition, dict(self.state.adapter_versions))
-            self.state.add_records(records)
-            valid = [r for r in records if r.valid]
+            imagined = self.ports.imagine(composition, dict(self.state.adapter_versions))
+            self.state.add_records(imagined.records)
+            clips = pick_clips([*clips, *imagined.clips], self.config.scorecard)
+            valid = [r for r in imagined.records if r.valid]
             rate = sum(r.success for r in valid) / len(valid) if valid else float("nan")
             log.info(
                 "round %d imagined %s: %d trials, %d valid, success %.0f%%",
-                self.state.round, composition.name, len(records), len(valid), 100 * rate,
+                self.state.round, composition.name, len(imagined.records), len(valid), 100 * rate,
             )  # fmt: skip
         budget = min(self.config.demos_per_round, self.state.budget_left)
-        allocation = allocate(self._diagnosis(), budget, self.config.allocation)
+        diagnosis = self._diagnosis()
+        allocation = allocate(diagnosis, budget, self.config.allocation)
         log.info("round %d allocation: %s", self.state.round, allocation.note)
-        self.state.issue_requests(allocation)
+        shown = pick_clips(clips, self.config.scorecard, diagnosis)
+        written = write_clips(shown, self.state.round_dir, self.config.scorecard)
+        self.state.issue_requests(allocation, written)
+        self._write_scorecard(diagnosis)  # for the operator while the demos are recorded
 
     def _collect(self, requests: Sequence[RequestState]) -> None:
         adopted = self.state.adopt_stored(self.store)  # answered while the coach was down
@@ -176,6 +205,15 @@ class Coach:
             )  # fmt: skip
         self.ports.push_adapters(updates)
         diagnosis = self._diagnosis()
-        card, _ = scorecard(diagnosis, self.state.allocation)
+        card = self._write_scorecard(diagnosis)  # again: a restart may have come before the first write
         entry = self.state.finish_round({"diagnosis": diagnosis.to_dict(), "scorecard": card})
         self.ports.publish_round(entry)
+
+    def _write_scorecard(self, diagnosis: Diagnosis) -> str:
+        """The round's scorecard as markdown and JSON beside its clips (links relative to that folder)."""
+        card, data = scorecard(diagnosis, self.state.allocation, self.state.clips)
+        folder = self.state.round_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / SCORECARD_MD).write_text(card + "\n")
+        (folder / SCORECARD_JSON).write_text(json.dumps(data, indent=2))
+        return card

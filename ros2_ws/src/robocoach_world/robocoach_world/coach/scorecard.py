@@ -2,36 +2,45 @@
 
 Per (subtask, expert) pair: imagined success when reached, reach count, first-timeout mass, where the
 failures concentrate and the demos requested; per composition: its route (subtask -> expert version)
-and imagined success with a Wilson interval; and, when frames are given, representative imagined
-failure clips: a PNG strip of frames with the judge's progress trace plotted under it.
+and imagined success with a Wilson interval; and representative imagined failure clips of the pairs
+with the most first-timeout mass: a PNG strip of frames with the judge's progress trace under it and
+the route of the trial.
 
-    markdown, data = scorecard(diagnosis, allocation, clips, out_dir=report_dir)
+    entries = write_clips(pick_clips(clips, config, diagnosis), round_dir, config)   # the PNGs
+    markdown, data = scorecard(diagnosis, allocation, entries)      # links relative to round_dir
+    markdown = scorecard_markdown(data, link_base="coach/franka/round_000/")   # from another folder
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from robocoach_skills.composition import Composition
 from robocoach_world.coach.allocation import Allocation
-from robocoach_world.coach.diagnosis import Diagnosis, Pair
+from robocoach_world.coach.diagnosis import Diagnosis, Pair, route_of
+from robocoach_world.records import TrialRecord
 
-CLIP_DIR = "clips"  # under out_dir
+CLIP_DIR = "clips"  # under the folder write_clips writes to
+SCORECARD_MD, SCORECARD_JSON = "scorecard.md", "scorecard.json"  # the coach writes them next to CLIP_DIR
 
 
 @dataclass(frozen=True)
 class ScorecardConfig:
     strip_frames: int = 8  # frames shown per clip strip, evenly spaced
-    clips_per_pair: int = 2  # at most this many clips shown per pair
+    clips_per_pair: int = 2  # imagined failure clips shown per pair, the first imagined (0: none)
+    top_pairs: int = 3  # pairs shown with clips: those with the most first-timeout mass
     dpi: int = 100  # of the clip PNGs
 
     def __post_init__(self) -> None:
-        if self.strip_frames < 1 or self.clips_per_pair < 1 or self.dpi < 1:
-            raise ValueError(f"ScorecardConfig fields must be >= 1, got {self}")
+        if self.strip_frames < 1 or self.top_pairs < 1 or self.dpi < 1 or self.clips_per_pair < 0:
+            raise ValueError(
+                f"ScorecardConfig needs strip_frames, top_pairs, dpi >= 1 and clips_per_pair >= 0, got {self}"
+            )
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,25 @@ class FailureClip:
     frames: np.ndarray  # (T, H, W, 3) uint8 imagined frames
     trace: np.ndarray  # (T,) judged progress of the judged-active subtask
     active: np.ndarray | None = None  # (T,) judged-active subtask index; marks subtask switches
+    route: tuple[str, ...] = ()  # subtask -> expert version of the trial (diagnosis.route_of)
+
+    @classmethod
+    def of_trial(
+        cls,
+        composition: Composition,
+        record: TrialRecord,
+        frames: np.ndarray,
+        trace: np.ndarray,
+        active: np.ndarray | None = None,
+    ) -> FailureClip:
+        """The clip of a failed imagined trial of `composition`, shown under its first failed pair."""
+        if record.success:
+            raise ValueError(
+                f"trial of {record.composition} seed {record.seed} succeeded: not a failure clip"
+            )
+        pair = Pair(composition.robot, composition.subtasks[record.first_failed_index])
+        route = route_of(composition, record.versions)
+        return cls(pair, composition.name, record.seed, frames, trace, active, route)
 
     def __post_init__(self) -> None:
         if self.frames.ndim != 4 or self.frames.shape[-1] != 3 or len(self.trace) != len(self.frames):
@@ -78,29 +106,64 @@ def write_clip_strip(clip: FailureClip, path: Path, config: ScorecardConfig | No
     return path
 
 
+def pick_clips(
+    clips: Iterable[FailureClip], config: ScorecardConfig, diagnosis: Diagnosis | None = None
+) -> list[FailureClip]:
+    """The first `clips_per_pair` clips of each pair, grouped by pair; with a diagnosis only those of
+    its `top_pairs` pairs with the most first-timeout mass, highest first: where demos are asked for.
+
+    Without a diagnosis it bounds what a coach holds while it imagines one composition after another.
+    """
+    clips = list(clips)
+    if diagnosis is None:
+        pairs = list(dict.fromkeys(c.pair for c in clips))
+    else:
+        pairs = [p.pair for p in diagnosis.pairs if p.first_failures][: config.top_pairs]
+    return [clip for pair in pairs for clip in [c for c in clips if c.pair == pair][: config.clips_per_pair]]
+
+
+def write_clips(
+    clips: Sequence[FailureClip], out_dir: Path, config: ScorecardConfig | None = None
+) -> list[dict]:
+    """A PNG strip per clip under out_dir/clips; returns the scorecard's JSON-able clip entries
+    (pair, composition, seed, route, path relative to out_dir), so the frames can be dropped."""
+    entries = []
+    for k, clip in enumerate(clips):
+        path = f"{CLIP_DIR}/clip_{k:03d}_{clip.pair.robot}_{clip.pair.expert}_{clip.composition}.png"
+        write_clip_strip(clip, Path(out_dir) / path, config)
+        entries.append(
+            {
+                "pair": str(clip.pair),
+                "composition": clip.composition,
+                "seed": clip.seed,
+                "route": list(clip.route),
+                "path": path,
+            }
+        )
+    return entries
+
+
 def scorecard(
-    diagnosis: Diagnosis,
-    allocation: Allocation | dict | None = None,
-    clips: Sequence[FailureClip] = (),
-    out_dir: Path | None = None,
-    config: ScorecardConfig | None = None,
+    diagnosis: Diagnosis, allocation: Allocation | dict | None = None, clips: Sequence[dict] = ()
 ) -> tuple[str, dict]:
-    """(markdown section, JSON-able dict); clip PNGs go to out_dir/clips (needs out_dir with clips).
+    """(markdown section, JSON-able dict); `clips` are `write_clips` entries, linked relative to their folder.
 
     `allocation` may be an Allocation or its `to_dict()` form (as the coach state keeps it).
     """
-    config = config or ScorecardConfig()
     if isinstance(allocation, Allocation):
         allocation = allocation.to_dict()
-    if clips and out_dir is None:
-        raise ValueError("clips need an out_dir to write their PNG strips to")
     requested = {d["pair"]: d["n_demos"] for d in allocation["demos"]} if allocation else {}
     data = diagnosis.to_dict()
     for p in data["pairs"]:
         p["requested_demos"] = requested.get(p["pair"], 0)
     data["allocation"] = allocation or None
-    data["clips"] = _write_clips(clips, Path(out_dir) if out_dir else None, config)
+    data["clips"] = list(clips)
+    return scorecard_markdown(data), data
 
+
+def scorecard_markdown(data: dict, link_base: str = "") -> str:
+    """The markdown of a scorecard's dict; `link_base` + a clip's path must lead to its PNG from
+    where the markdown is read (a report in another folder than the clips' passes that folder)."""
     lines = [
         "| pair | expert | success when reached | reached | first-timeout mass "
         "| failures concentrate at | demos |",
@@ -125,28 +188,19 @@ def scorecard(
         lines.append(
             f"| {c['robot']} | {c['composition']} | {'; '.join(c['route'])} | {rate}{ci} | {c['trials']} |"
         )
-    if allocation:
-        lines += ["", f"Allocation: {allocation['note']}"]
+    if data["allocation"]:
+        lines += ["", f"Allocation: {data['allocation']['note']}"]
     if data["clips"]:
-        lines += ["", "Representative imagined failures (frames; judged progress below):", ""]
         lines += [
-            f"![{c['pair']} in {c['composition']}, seed {c['seed']}]({c['path']})" for c in data["clips"]
+            "",
+            "Representative imagined failures (frames; judged progress below; dashes: subtask switches):",
         ]
-    return "\n".join(lines), data
-
-
-def _write_clips(clips: Sequence[FailureClip], out_dir: Path | None, config: ScorecardConfig) -> list[dict]:
-    written, per_pair = [], {}
-    for clip in clips:
-        shown = per_pair.get(clip.pair, 0)
-        if shown >= config.clips_per_pair:
-            continue
-        per_pair[clip.pair] = shown + 1
-        name = (
-            f"{CLIP_DIR}/clip_{len(written):03d}_{clip.pair.robot}_{clip.pair.expert}_{clip.composition}.png"
-        )
-        write_clip_strip(clip, out_dir / name, config)
-        written.append(
-            {"pair": str(clip.pair), "composition": clip.composition, "seed": clip.seed, "path": name}
-        )
-    return written
+        for c in data["clips"]:
+            title = f"{c['pair']} in {c['composition']}, seed {c['seed']}"
+            lines += [
+                "",
+                f"{title}; route: {'; '.join(c['route'])}",
+                "",
+                f"![{title}]({link_base}{c['path']})",
+            ]
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ A round moves IMAGINE -> COLLECT -> IMPROVE and closes into `history`:
     state = CoachState.open(run / "coach_state.json", budget=150, adapter_versions=versions)
     step = state.next_step()                      # what to do now, also right after a restart
     state.add_records(records_of_one_composition) # IMAGINE, once per (robot, composition)
-    state.issue_requests(allocation)              # -> COLLECT (IMPROVE if nothing was allocated)
+    state.issue_requests(allocation, clips)       # -> COLLECT (IMPROVE if nothing was allocated)
     state.receive_demo(request_id, episode_id)    # COLLECT; -> IMPROVE when no request is open
     state.record_adapter("pick", 3)               # IMPROVE, once per retrained skill
     state.finish_round()                          # -> next round's IMAGINE
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +36,7 @@ from robocoach_world.records import TrialRecord
 
 STATE_VERSION = 1  # bump when the file layout changes incompatibly
 REQUEST_ID = "{run}-r{round:03d}-{index:02d}"  # unique per run; the same ids if re-issued after a crash
+ROUND_DIR = "round_{round:03d}"  # beside the state file: the round's scorecard and failure clips
 
 
 class Phase(StrEnum):
@@ -102,6 +103,7 @@ class CoachState:
     allocation: dict = field(default_factory=dict)  # this round's Allocation.to_dict()
     requests: dict[str, RequestState] = field(default_factory=dict)  # this round's, by request id
     improved: dict[str, int] = field(default_factory=dict)  # skill -> version published this round
+    clips: list[dict] = field(default_factory=list)  # this round's failure clips (scorecard.write_clips)
     adapter_versions: dict[str, int] = field(default_factory=dict)  # skill -> active version
     history: list[dict] = field(default_factory=list)  # closed rounds (see finish_round)
 
@@ -137,6 +139,7 @@ class CoachState:
             allocation=d["allocation"],
             requests={k: RequestState.from_dict(r) for k, r in d["requests"].items()},
             improved=d["improved"],
+            clips=d.get("clips", []),  # absent in states written before clips were kept
             adapter_versions=d["adapter_versions"],
             history=d["history"],
         )
@@ -153,6 +156,7 @@ class CoachState:
             "allocation": self.allocation,
             "requests": {k: r.to_dict() for k, r in self.requests.items()},
             "improved": self.improved,
+            "clips": self.clips,
             "adapter_versions": self.adapter_versions,
             "history": self.history,
         }
@@ -182,6 +186,11 @@ class CoachState:
     @property
     def demos_spent(self) -> int:
         return len(self.received_ids())
+
+    @property
+    def round_dir(self) -> Path:
+        """Where this round's scorecard and failure clips go: beside the state file, one folder a round."""
+        return self.path.parent / ROUND_DIR.format(round=self.round)
 
     @property
     def budget_left(self) -> int:
@@ -223,8 +232,9 @@ class CoachState:
         self.records.extend(records)
         self.save()
 
-    def issue_requests(self, allocation: Allocation) -> list[RequestState]:
-        """Turn an allocation into requests, one per (pair, composition of its initial states)."""
+    def issue_requests(self, allocation: Allocation, clips: Sequence[dict] = ()) -> list[RequestState]:
+        """Turn an allocation into requests, one per (pair, composition of its initial states); `clips`
+        (PNGs already under `round_dir`) are kept with them for the round's scorecard."""
         self._expect(Phase.IMAGINE)
         if allocation.total > self.budget_left:
             raise ValueError(f"allocation of {allocation.total} demos exceeds the {self.budget_left} left")
@@ -247,6 +257,7 @@ class CoachState:
                     round=self.round,
                 )
         self.allocation = allocation.to_dict()
+        self.clips = list(clips)
         self.phase = Phase.COLLECT if self.requests else Phase.IMPROVE
         self.save()
         return list(self.requests.values())
@@ -306,7 +317,7 @@ class CoachState:
         self.history.append(json.loads(json_bytes(entry)))  # held exactly as the file will hold it
         self.round += 1
         self.phase = Phase.IMAGINE
-        self.records, self.allocation, self.requests, self.improved = [], {}, {}, {}
+        self.records, self.allocation, self.requests, self.improved, self.clips = [], {}, {}, {}, []
         self.save()
         return self.history[-1]
 

@@ -4,7 +4,8 @@ The loop runs in a worker thread; its ports are ROS calls:
 
 - Imagine: real initial observations (the sim is reset to each seed with `ResetScene`, then the
   newest camera frame and joint state are taken; on hardware the current ones), then an `Imagine`
-  goal to the world model; its FailureRecords become TrialRecords.
+  goal to the world model; its FailureRecords become TrialRecords, and the frames and judge traces
+  it returns of the first failures per subtask become the scorecard's failure clips.
 - Collect: the request is published on the operator topic (reliable, transient-local: a station that
   starts later still sees it) and a `CollectDemo` goal is sent to the station; accepted episodes count.
 - Improve: retrained adapters are activated on the executor and on the world model (`LoadAdapter`).
@@ -59,7 +60,8 @@ from robocoach_skills.tasks import get_composition, training_compositions
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
-from robocoach_world.coach.loop import Coach, CoachConfig, Collected
+from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
+from robocoach_world.coach.scorecard import FailureClip, ScorecardConfig
 from robocoach_world.coach.state import CoachState, RequestState
 from robocoach_world.imagine import imagination_seeds
 from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
@@ -79,7 +81,7 @@ class RosPorts:
         self.node = node
 
     # ------------------------------------------------------------------ Imagine
-    def imagine(self, composition: Composition, versions: dict[str, int]) -> list[TrialRecord]:
+    def imagine(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         node = self.node
         seeds = imagination_seeds(node.initial_states)
         observations = [node.initial_observation(composition, seed) for seed in seeds]
@@ -91,11 +93,12 @@ class RosPorts:
             num_rollouts=node.num_rollouts,
             horizon=node.horizon,
             num_world_seeds=node.num_world_seeds,
+            failure_clips=node.clips_per_pair,
         )
         result = node.run_goal(
             node.imagine_client, goal, node.imagine_timeout_s, f"Imagine {composition.name}"
         )
-        return [
+        records = [
             TrialRecord(
                 r.composition,
                 r.robot,
@@ -109,6 +112,7 @@ class RosPorts:
             )
             for r in result.records
         ]
+        return Imagined(records, _clips(result, composition, records))
 
     # ------------------------------------------------------------------ Collect
     def collect(self, request: RequestState) -> Collected:
@@ -174,6 +178,24 @@ class RosPorts:
         node.scorecard_pub.publish(String(data=entry["summary"].get("scorecard", "")))
 
 
+def _clips(result: Imagine.Result, composition: Composition, records: list[TrialRecord]) -> list[FailureClip]:
+    """The failure clips in an Imagine result: its frame blocks with their judge traces."""
+    clips, start = [], 0
+    for trial, count in zip(result.frame_trials, result.frame_counts, strict=True):
+        end = start + count
+        clips.append(
+            FailureClip.of_trial(
+                composition,
+                records[trial],
+                np.stack([msg_to_image(f) for f in result.frames[start:end]]),
+                np.asarray(result.frame_progress[start:end], dtype=np.float32),
+                np.asarray(result.frame_subtasks[start:end], dtype=np.int64),
+            )
+        )
+        start = end
+    return clips
+
+
 def _rate(value: float | None) -> float:
     """A success rate for a message field: NaN where no valid trial gave one."""
     return float("nan") if value is None else float(value)
@@ -200,6 +222,7 @@ class CoachNode(Node):
         top_m = declare("top_m", 2).value
         train_steps = declare("train_steps", 300).value  # adapter update steps per retrained skill
         replay_ratio = declare("replay_ratio", 0.5).value
+        self.clips_per_pair = declare("clips_per_pair", 2).value  # imagined failure clips per pair (0: none)
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
         self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
         self.retry_wait_s = declare("retry_wait_s", 5.0).value  # before asking a busy station again
@@ -220,6 +243,7 @@ class CoachNode(Node):
             diagnosis=DiagnosisConfig(min_reach=min_reach),
             allocation=AllocationConfig(strategy=strategy, top_m=top_m),
             improve=ImproveConfig(steps=train_steps, replay_ratio=replay_ratio),
+            scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
         )
         self.state = CoachState.open(state_dir / STATE_FILE, budget, versions)
         self.coach = Coach(

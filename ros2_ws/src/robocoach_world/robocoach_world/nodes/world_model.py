@@ -2,9 +2,11 @@
 
 A goal names a composition and real initial observations (camera frames + joint states); the node
 rolls the composition's experts out closed-loop inside CoachWorld (`robocoach_world.imagine`), judges
-every rollout, and answers with one JudgeVerdict and one FailureRecord per trial. Feedback reports
-imagined steps and finished trials; cancel stops between two imagined steps. The newest imagined frame
-of the first trial is published on TOPIC_IMAGINED_IMAGE for rviz. `LoadAdapter` (on its own name)
+every rollout, and answers with one JudgeVerdict and one FailureRecord per trial, plus the imagined
+frames and judge trace of every trial (`return_frames`) or of the first failures per subtask
+(`failure_clips`, what the coach shows the operator). Feedback reports imagined steps and finished
+trials; cancel stops between two imagined steps. The newest imagined frame of the first trial is
+published on TOPIC_IMAGINED_IMAGE for rviz. `LoadAdapter` (on its own name)
 keeps this copy of the experts in step with the executor's after a coaching round.
 """
 
@@ -33,7 +35,7 @@ from robocoach_skills.nodes.conversions import image_to_msg, msg_to_composition,
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.skill_policy import ChunkExecutionConfig
-from robocoach_world.imagine import ImaginationConfig, ImaginedTrial, imagine_composition
+from robocoach_world.imagine import ImaginationConfig, ImaginedTrial, failure_examples, imagine_composition
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.verdict import Deadlines
 from robocoach_world.records import SOURCE_IMAGINED
@@ -111,7 +113,7 @@ class WorldModelNode(Node):
             horizon=request.horizon or ImaginationConfig.horizon,
             n_action_steps=self.n_action_steps,
             seed=self.seed + self._goals,
-            keep_frames=request.return_frames,
+            keep_frames=request.return_frames or request.failure_clips > 0,
         )
         self._goals += 1
 
@@ -136,7 +138,7 @@ class WorldModelNode(Node):
             self.get_logger().error(f"Imagine goal failed: {error}")
             goal_handle.abort()
             return Imagine.Result()
-        result = self._result(trials, composition, request.return_frames)
+        result = self._result(trials, composition, request)
         valid = sum(t.record.valid for t in trials)
         successes = sum(t.record.valid and t.record.success for t in trials)
         self.get_logger().info(
@@ -171,7 +173,7 @@ class WorldModelNode(Node):
         return composition, images, proprio
 
     def _result(
-        self, trials: list[ImaginedTrial], composition: Composition, with_frames: bool
+        self, trials: list[ImaginedTrial], composition: Composition, request: Imagine.Goal
     ) -> Imagine.Result:
         result = Imagine.Result()
         stamp = self.get_clock().now().to_msg()
@@ -206,14 +208,16 @@ class WorldModelNode(Node):
                 )
             )
             result.records[-1].header.stamp = stamp
-        if with_frames:
-            length = max(len(t.frames) for t in trials)
-            result.frames_per_trial = length
-            for trial in trials:  # pad each block to `length` with its last frame
-                padded = np.concatenate(
-                    [trial.frames, trial.frames[-1:].repeat(length - len(trial.frames), 0)]
-                )
-                result.frames.extend(image_to_msg(frame) for frame in padded)
+        shown = (
+            range(len(trials)) if request.return_frames else failure_examples(trials, request.failure_clips)
+        )
+        for k in shown:
+            trial = trials[k]
+            result.frame_trials.append(k)
+            result.frame_counts.append(len(trial.frames))
+            result.frames.extend(image_to_msg(frame) for frame in trial.frames)
+            result.frame_progress.extend(trial.trace.tolist())
+            result.frame_subtasks.extend(trial.active.tolist())
         return result
 
     # ------------------------------------------------------------------ experts

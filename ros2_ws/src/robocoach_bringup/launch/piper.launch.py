@@ -1,7 +1,0 @@
-"""`ros2 launch robocoach_bringup piper.launch.py [backend:=sim] [machine:=robot|offboard] [run_dir:=D]`."""
-
-from robocoach_bringup.launch_description import robocoach_launch
-
-
-def generate_launch_description():
-    return robocoach_launch("piper", backend="hardware")
