@@ -47,7 +47,9 @@ def train_scripted_experts(
             operator = ScriptedOperator(OperatorConfig(seed=index + k))
             store.add(operator.demo_subtask(scene, composition, index, seed=seed))
     scene.close()
-    train_bootstrap_experts(store, root / "experts", ExpertTrainingConfig(steps=steps), show_progress=False)
+    # No perception prior: these experts exercise the plumbing (tests/experts/test_perception.py covers it).
+    training = ExpertTrainingConfig(steps=steps, perception=None)
+    train_bootstrap_experts(store, root / "experts", training, show_progress=False)
     return root / "experts"
 
 

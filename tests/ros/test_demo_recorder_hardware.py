@@ -87,6 +87,9 @@ def station(ros_probe, tmp_path):
         command = ros_probe.create_publisher(String, TOPIC_DEMO_COMMAND, INPUT_QOS)
         client = ActionClient(ros_probe, CollectDemo, ACTION_COLLECT_DEMO)
         spin_until(ros_probe, lambda: command.get_subscription_count() > 0, TIMEOUT_S, "command subscriber")
+        # The station's latched pending list proves this recorder is discovered: an earlier test's
+        # killed recorder can stay "ready" in the graph for a while and swallow the first goal.
+        spin_until(ros_probe, lambda: bool(pending), TIMEOUT_S, "pending list")
         try:
             yield {
                 "root": tmp_path,

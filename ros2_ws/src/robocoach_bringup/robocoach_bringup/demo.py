@@ -38,6 +38,8 @@ class Profile:
 
     demos_per_skill: int  # bootstrap subtask demos per skill and arm
     train_steps: int  # pretraining steps of the bootstrap experts
+    perception_frames: int  # rendered frames per arm for the backbone's perception prior
+    perception_steps: int  # training steps of that prior
     eval_rollouts: int  # deployed evaluation rollouts per composition and checkpoint
     corpus_per_use: int  # corpus: clean and failure-injected subtask episodes per (composition, subtask)
     corpus_per_composition: int  # corpus: clean and failure-injected whole-task episodes per composition
@@ -57,14 +59,16 @@ class Profile:
 
 PROFILES = {
     "default": Profile(
-        demos_per_skill=10, train_steps=1500, eval_rollouts=10, corpus_per_use=1, corpus_per_composition=1,
-        rollouts_per_composition=4, world_steps=1500, judge_epochs=6, demo_budget=150, demos_per_round=50,
-        imagined_rollouts=64, initial_states=8, horizon=300, adapter_steps=300,
+        demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=10,
+        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=4, world_steps=1500,
+        judge_epochs=6, demo_budget=150, demos_per_round=50, imagined_rollouts=64, initial_states=8,
+        horizon=300, adapter_steps=300,
     ),
     "quick": Profile(
-        demos_per_skill=3, train_steps=300, eval_rollouts=2, corpus_per_use=1, corpus_per_composition=0,
-        rollouts_per_composition=1, world_steps=60, judge_epochs=1, demo_budget=4, demos_per_round=2,
-        imagined_rollouts=8, initial_states=2, horizon=60, adapter_steps=20, eval_compositions=2,
+        demos_per_skill=3, train_steps=300, perception_frames=300, perception_steps=200, eval_rollouts=2,
+        corpus_per_use=1, corpus_per_composition=0, rollouts_per_composition=1, world_steps=60,
+        judge_epochs=1, demo_budget=4, demos_per_round=2, imagined_rollouts=8, initial_states=2,
+        horizon=60, adapter_steps=20, eval_compositions=2,
     ),
 }  # fmt: skip
 

@@ -29,6 +29,12 @@ from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
 from robocoach_skills.experts.artifacts import load_backbone, save_backbone
+from robocoach_skills.experts.perception import (
+    PerceptionConfig,
+    backbone_feature_size,
+    pretrain_vision,
+    render_landmark_frames,
+)
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_skills.experts.train import pretrain
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
@@ -110,6 +116,9 @@ class ExpertTrainingConfig:
     num_workers: int = 0  # DataLoader workers (0: load in the training process)
     seed: int = 0  # data order
     expert: ExpertConfig = field(default_factory=ExpertConfig)  # model and optimiser
+    # The perception prior trained into the backbone's keypoints before the demos are (None: none).
+    perception: PerceptionConfig | None = field(default_factory=PerceptionConfig)
+    freeze_vision: bool = True  # with a perception prior, the demos train everything but the vision layers
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
@@ -129,6 +138,15 @@ def train_bootstrap_experts(
     )
     demos_per_skill = _demos_per_skill(store)
     library = ExpertLibrary(config.expert, skills=sorted(demos_per_skill))
+    metrics: dict[str, float] = {}
+    frozen: list[torch.nn.Parameter] = []
+    if config.perception is not None:
+        size = store.info.image_size[0]
+        feature = backbone_feature_size(size, len(config.expert.conv_channels))
+        robots = sorted({meta.robot for meta in store.iter_meta(kind="demo")})
+        frames = [render_landmark_frames(r, config.perception, size, feature, show_progress) for r in robots]
+        metrics, _ = pretrain_vision(library.backbone, frames, config.perception, show_progress)
+        frozen = library.backbone.vision_parameters() if config.freeze_vision else []
     loader = DataLoader(
         dataset,
         batch_size=config.batch_size,
@@ -136,7 +154,8 @@ def train_bootstrap_experts(
         num_workers=config.num_workers,
         generator=torch.Generator().manual_seed(config.seed),
     )
-    metrics, losses = pretrain(library, loader, config.steps, progress=show_progress)
+    policy_metrics, losses = pretrain(library, loader, config.steps, progress=show_progress, frozen=frozen)
+    metrics |= policy_metrics
     save_backbone(library, root / BACKBONE_DIR, extra={"metrics": metrics})
     registry = AdapterRegistry(root / ADAPTERS_DIR)
     for skill in library.skills:

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from robocoach_skills.bootstrap import ExpertTrainingConfig, load_experts, train_bootstrap_experts
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
+from robocoach_skills.experts.perception import PerceptionConfig
 from robocoach_skills.experts.train import save_loss_curve
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
@@ -26,7 +27,11 @@ TORCH_THREADS = 1  # measured faster than 2 on the 2-core machines while the sim
 def run(config, results: dict) -> dict:
     torch.set_num_threads(TORCH_THREADS)
     store = EpisodeStore(Path(results["bootstrap_demos"]["store"]))
-    training = ExpertTrainingConfig(steps=config.profile.train_steps, seed=config.seed)
+    profile = config.profile
+    perception = PerceptionConfig(
+        frames=profile.perception_frames, steps=profile.perception_steps, seed=config.seed
+    )
+    training = ExpertTrainingConfig(steps=profile.train_steps, seed=config.seed, perception=perception)
     _, _, metrics, losses = train_bootstrap_experts(store, config.output / "experts", training)
     curve = save_loss_curve(losses, config.output / "bootstrap_loss.png")
     # Evaluate what is on disk, exactly what an executor would load.

@@ -125,6 +125,18 @@ class Backbone(nn.Module):
         layers |= {"proprio": self.proprio, "fuse": self.fuse, "trunk": self.trunk}
         return LoRAAdapter({n: layers[n] for n in self.lora_targets}, self.lora_rank, self.lora_alpha)
 
+    def vision(self, image: torch.Tensor, adapter: LoRAAdapter | None = None) -> torch.Tensor:
+        """Frames (B, 3, H, W) -> keypoints (B, 2C): x of every channel, then y (see SpatialSoftArgmax)."""
+        x = image
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            low_rank = adapter.get(f"conv{i}") if adapter is not None else None
+            x = F.relu(norm(conv(x, low_rank)))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
+        return self.keypoints(x)
+
+    def vision_parameters(self) -> list[nn.Parameter]:
+        """The parameters of `vision` (besides an adapter): convs, norms and the keypoint temperature."""
+        return [*self.convs.parameters(), *self.norms.parameters(), *self.keypoints.parameters()]
+
     def forward(
         self,
         image: torch.Tensor,
@@ -136,10 +148,7 @@ class Backbone(nn.Module):
         def lora(name: str) -> LowRank | None:
             return adapter.get(name) if adapter is not None else None
 
-        x = image  # (B, 3, H, W)
-        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
-            x = F.relu(norm(conv(x, lora(f"conv{i}"))))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
-        vision = self.keypoints(x)  # (B, 2 * C_last)
+        vision = self.vision(image, adapter)  # (B, 2 * C_last)
         p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
         r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)

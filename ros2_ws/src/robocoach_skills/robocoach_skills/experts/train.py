@@ -49,9 +49,12 @@ def pretrain(
     steps: int,
     device: str | None = None,
     progress: bool = True,
+    frozen: Iterable[nn.Parameter] = (),
 ) -> tuple[dict[str, float], list[float]]:
-    """Train every parameter (backbone and all skills present in the batches) for `steps` steps."""
-    return _train(library, list(library.parameters()), batches, steps, None, "pretrain", device, progress)
+    """Train every parameter (backbone and all skills in the batches) but `frozen` for `steps` steps."""
+    skip = {id(p) for p in frozen}
+    params = [p for p in library.parameters() if id(p) not in skip]
+    return _train(library, params, batches, steps, None, "pretrain", device, progress)
 
 
 def update_adapter(

@@ -244,6 +244,33 @@ class SimScene:
         self._targets = self.joint_positions()
         self._write_ctrl(self._targets)
 
+    def place_arm(self, q: np.ndarray, gripper_opening: float) -> None:
+        """Teleport the arm to joint positions `q` and the fingers to an opening in [0, 1], unsimulated.
+
+        For rendering frames of poses an episode has not reached (perception data): nothing is
+        pushed out of the way, so only call it where a frame, not the physics, is wanted next.
+        """
+        q = np.clip(np.asarray(q, dtype=np.float64), self.arm.lower_array, self.arm.upper_array)
+        self.data.qpos[self._arm_qpos] = q
+        self.data.qpos[self._finger_qpos] = (
+            float(np.clip(gripper_opening, 0.0, 1.0)) * self.arm.gripper.stroke / 2
+        )
+        self._targets = q.copy()
+        self._write_ctrl(self._targets)
+        mujoco.mj_forward(self.model, self.data)
+
+    def project(self, points: np.ndarray) -> np.ndarray:
+        """World points (N, 3) [m] -> camera pixel coordinates (N, 2) (column, row; row 0 at the top)."""
+        cam = self._camera
+        rot = self.data.cam_xmat[cam].reshape(3, 3)  # columns: the camera's x, y, z axes in the world
+        local = (np.asarray(points, dtype=np.float64) - self.data.cam_xpos[cam]) @ rot  # (N, 3)
+        size = self.config.image_size
+        focal = size / 2 / math.tan(math.radians(self.model.cam_fovy[cam]) / 2)  # [px]
+        depth = -local[:, 2]  # MuJoCo cameras look along their -z axis
+        return np.stack(
+            [size / 2 + focal * local[:, 0] / depth, size / 2 - focal * local[:, 1] / depth], axis=1
+        )
+
     # ------------------------------------------------------------------ observing
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self._arm_qpos].copy()

@@ -1,0 +1,191 @@
+"""A perception prior for the experts' backbone: teach its keypoints where things are in the frame.
+
+Ten demos per skill cannot teach a conv stack from scratch where a 4 cm cube is in a 64 px frame
+under randomised poses, colours and light: bootstrap pick policies trained that way wander 5-12 cm
+off the cube. Policies usually start from a pretrained visual encoder; none can be downloaded here,
+so the simulator provides one: the first LANDMARKS keypoint channels of `Backbone.vision` are
+trained to sit on the projected image position of each landmark (cubes, buttons, bin, pad, drawer
+handle, the gripper) in robot-free renders of the workspace. The renders need no demonstrator:
+initial states drawn from every training composition's distribution, with the arm placed by IK at
+random poses over the workspace and the gripper at a random opening. The experts then learn actions
+on top of these keypoints (`ExpertTrainingConfig.freeze_vision`).
+
+This is sim-privileged supervision of the encoder only; the experts still act from camera frames
+and proprioception alone. On a real arm the same slot takes an encoder pretrained elsewhere.
+
+    data = render_landmark_frames("piper", PerceptionConfig(), 64, backbone_feature_size(64, 3))
+    metrics, losses = pretrain_vision(library.backbone, [data], PerceptionConfig())
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from robocoach_skills.device import select_device
+from robocoach_skills.experts.model import Backbone
+from robocoach_skills.operator import IK_PITCH_WEIGHT
+from robocoach_skills.sim.ik import IKConfig, IKSolver, top_down_rotation
+from robocoach_skills.sim.layout import BUTTONS, CUBES
+from robocoach_skills.sim.mjcf import TCP_SITE
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.tasks import training_compositions
+
+# Keypoint channel k of the backbone is trained to find LANDMARKS[k].
+LANDMARKS: tuple[str, ...] = (*CUBES, *BUTTONS, "bin", "pad", "drawer_handle", "gripper")
+
+
+@dataclass
+class PerceptionConfig:
+    """How many frames to render and how long to train the keypoints on them."""
+
+    frames: int = 3000  # rendered frames per arm
+    poses_per_state: int = 4  # arm poses rendered per sampled initial state
+    reach_margin: float = 0.05  # the gripper is placed up to this far beyond the fixtures' extent [m]
+    height_range: tuple[float, float] = (0.03, 0.22)  # gripper height above the table [m]
+    steps: int = 1500  # optimiser steps
+    batch_size: int = 64
+    lr: float = 1e-3  # AdamW
+    seed: int = 0  # initial states, poses and batch order
+
+    def __post_init__(self) -> None:
+        for name in ("frames", "poses_per_state", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PerceptionConfig.{name} must be >= 1, got {getattr(self, name)}")
+        lo, hi = self.height_range
+        if not 0 <= lo <= hi:
+            raise ValueError(f"PerceptionConfig.height_range must satisfy 0 <= min <= max, got {(lo, hi)}")
+
+
+@dataclass
+class LandmarkFrames:
+    """Rendered frames and where each landmark is in them."""
+
+    images: np.ndarray  # (N, H, W, 3) uint8
+    keypoints: np.ndarray  # (N, K, 2) float32 landmark (x, y) in the keypoint frame of SpatialSoftArgmax
+    visible: np.ndarray  # (N, K) bool: the landmark is on the table and inside the frame
+
+
+def landmark_points(state: dict) -> tuple[np.ndarray, np.ndarray]:
+    """World positions (K, 3) of LANDMARKS in a privileged state, and which are on the table (K,)."""
+    objects, buttons = state["objects"], state["buttons"]
+    points = [objects[c]["pos"] for c in CUBES] + [buttons[b]["top_pos"] for b in BUTTONS]
+    points += [state["bin"]["pos"], state["pad"]["pos"], state["drawer"]["handle_pos"], state["ee_pos"]]
+    present = [objects[c]["present"] for c in CUBES] + [True] * (len(LANDMARKS) - len(CUBES))
+    return np.asarray(points, dtype=np.float64), np.asarray(present)
+
+
+def keypoint_coordinates(pixels: np.ndarray, image_size: int, feature_size: int) -> np.ndarray:
+    """Pixel coordinates (..., 2) -> SpatialSoftArgmax coordinates: feature cell centres span [-1, 1]."""
+    stride = image_size / feature_size
+    cell = pixels / stride - 0.5  # position in feature cells, centre of cell 0 at 0
+    return (2.0 * cell / (feature_size - 1) - 1.0).astype(np.float32)
+
+
+def render_landmark_frames(
+    robot: str, config: PerceptionConfig, image_size: int, feature_size: int, progress: bool = True
+) -> LandmarkFrames:
+    """`config.frames` renders of `robot`'s workspace with landmark keypoints (see the module docstring).
+
+    `feature_size` is the edge of the backbone's last feature map (`backbone_feature_size`).
+    """
+    rng = np.random.default_rng([config.seed, sum(map(ord, robot))])
+    scene = SimScene(SceneConfig(robot=robot, image_size=image_size))
+    ik = IKSolver(scene.model, scene.arm.joint_names, TCP_SITE, IKConfig(pitch_weight=IK_PITCH_WEIGHT[robot]))
+    compositions = training_compositions(robot)
+    images, keypoints, visible = [], [], []
+    bar = tqdm(total=config.frames, desc=f"perception frames {robot}", disable=not progress, leave=False)
+    try:
+        while len(images) < config.frames:
+            composition = compositions[int(rng.integers(len(compositions)))]
+            scene.reset(composition, int(rng.integers(2**31)))
+            low, high = _workspace_box(scene.privileged_state(), config.reach_margin)
+            q = np.asarray(scene.arm.home, dtype=np.float64)
+            for _ in range(min(config.poses_per_state, config.frames - len(images))):
+                target = np.append(rng.uniform(low, high), rng.uniform(*config.height_range))
+                q = ik.solve(target, top_down_rotation(rng.uniform(-math.pi, math.pi)), q).q
+                scene.place_arm(q, rng.uniform(0.0, 1.0))
+                points, present = landmark_points(scene.privileged_state())
+                pixels = scene.project(points)  # (K, 2)
+                inside = np.all((pixels >= 0) & (pixels < image_size), axis=1)
+                images.append(scene.render())
+                keypoints.append(keypoint_coordinates(pixels, image_size, feature_size))
+                visible.append(present & inside)
+                bar.update()
+    finally:
+        bar.close()
+        scene.close()
+    return LandmarkFrames(np.stack(images), np.stack(keypoints), np.stack(visible))
+
+
+def _workspace_box(state: dict, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) bounds of everything on the table, widened by `margin` [m]."""
+    points, present = landmark_points(state)
+    xy = points[:-1][present[:-1], :2]  # the fixtures and cubes, not the gripper
+    return xy.min(axis=0) - margin, xy.max(axis=0) + margin
+
+
+def landmark_loss(keypoints: torch.Tensor, target: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of the first K keypoint channels against landmark targets (visible ones only).
+
+    keypoints (B, 2C) as SpatialSoftArgmax returns them (all x, then all y); target (B, K, 2).
+    """
+    channels, k = keypoints.shape[1] // 2, target.shape[1]
+    predicted = torch.stack([keypoints[:, :k], keypoints[:, channels : channels + k]], dim=-1)  # (B, K, 2)
+    weight = visible.to(predicted.dtype)[..., None]
+    return ((predicted - target) ** 2 * weight).sum() / weight.sum().clamp_min(1.0) / 2
+
+
+def pretrain_vision(
+    backbone: Backbone, datasets: Sequence[LandmarkFrames], config: PerceptionConfig, progress: bool = True
+) -> tuple[dict[str, float], list[float]]:
+    """Train `backbone.vision` (convs, norms, temperature) to find LANDMARKS; returns metrics, losses."""
+    channels = backbone.convs[-1].out_channels
+    if channels < len(LANDMARKS):
+        raise ValueError(
+            f"the backbone has {channels} keypoint channels; {len(LANDMARKS)} landmarks need as many"
+        )
+    device = select_device()
+    backbone.to(device)
+    images = torch.from_numpy(np.concatenate([d.images for d in datasets]))  # (N, H, W, 3) uint8
+    target = torch.from_numpy(np.concatenate([d.keypoints for d in datasets]))
+    visible = torch.from_numpy(np.concatenate([d.visible for d in datasets]))
+    params = backbone.vision_parameters()
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    losses, start = [], time.perf_counter()
+    for _ in tqdm(range(config.steps), desc="pretrain vision", disable=not progress, leave=False):
+        rows = torch.randint(len(images), (config.batch_size,), generator=generator)
+        frames = images[rows].to(device).permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W)
+        loss = landmark_loss(backbone.vision(frames), target[rows].to(device), visible[rows].to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    last = losses[-max(1, config.steps // 10) :]
+    # Root-mean-square landmark error in pixels: the keypoint frame spans (feature - 1) cells of `stride` px.
+    feature = backbone_feature_size(images.shape[1], len(backbone.convs))
+    px_per_unit = images.shape[1] / feature * (feature - 1) / 2
+    metrics = {
+        "vision/steps": float(config.steps),
+        "vision/frames": float(len(images)),
+        "vision/seconds": time.perf_counter() - start,
+        "vision/loss_first": losses[0],
+        "vision/loss_last": float(np.mean(last)),
+        "vision/rmse_px_last": float(math.sqrt(np.mean(last))) * px_per_unit,
+    }
+    return metrics, losses
+
+
+def backbone_feature_size(image_size: int, n_convs: int) -> int:
+    """Edge of the last conv's feature map: every conv halves it (stride 2, 'same' padding)."""
+    size = image_size
+    for _ in range(n_convs):
+        size = (size + 1) // 2
+    return size

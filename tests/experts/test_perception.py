@@ -1,0 +1,99 @@
+"""The perception prior: landmark targets land on the right pixels, and training moves only vision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from expert_helpers import clone_state, cpu_state, synthetic_batch
+
+from robocoach_skills.experts import ExpertLibrary, pretrain
+from robocoach_skills.experts.perception import (
+    LANDMARKS,
+    PerceptionConfig,
+    backbone_feature_size,
+    keypoint_coordinates,
+    landmark_loss,
+    landmark_points,
+    pretrain_vision,
+    render_landmark_frames,
+)
+from robocoach_skills.sim.layout import CUBES, OBJECT_RGBA
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.tasks import get_composition
+
+
+@pytest.mark.parametrize("robot", ["franka", "piper"])
+def test_projected_cubes_land_on_their_colour(robot):
+    scene = SimScene(SceneConfig(robot=robot, image_size=64))
+    try:
+        for seed in range(3):
+            image = scene.reset(get_composition(robot, "pick_place_bin"), seed)["image"]
+            cube = scene.privileged_state()["objects"]["red_cube"]["pos"]
+            col, row = scene.project(cube[None])[0].astype(int)
+            r, g, b = image[row, col].astype(int)
+            assert r > g + 60 and r > b + 60, (
+                f"seed {seed}: pixel {(col, row)} is {(r, g, b)}, not the red cube"
+            )
+    finally:
+        scene.close()
+    assert OBJECT_RGBA["red_cube"][0] > 0.8  # the check above relies on the cube being red
+
+
+def test_keypoint_frame_spans_feature_cell_centres():
+    # 64 px, 8 cells of 8 px: cell 0's centre (pixel 4) is -1, cell 7's (pixel 60) is +1.
+    coords = keypoint_coordinates(np.array([[4.0, 60.0], [32.0, 32.0]]), image_size=64, feature_size=8)
+    np.testing.assert_allclose(coords, [[-1.0, 1.0], [0.0, 0.0]], atol=1e-6)
+    assert backbone_feature_size(64, 3) == 8 and backbone_feature_size(33, 2) == 9
+
+
+def test_rendered_frames_are_seeded_and_parked_cubes_invisible():
+    config = PerceptionConfig(frames=6, poses_per_state=3, seed=4)
+    data = render_landmark_frames("piper", config, image_size=32, feature_size=8, progress=False)
+    again = render_landmark_frames("piper", config, image_size=32, feature_size=8, progress=False)
+    assert data.images.shape == (6, 32, 32, 3) and data.keypoints.shape == (6, len(LANDMARKS), 2)
+    np.testing.assert_array_equal(data.images, again.images)
+    assert data.visible[:, LANDMARKS.index("bin")].all()  # fixtures stay in the frame
+    scene = SimScene(SceneConfig(robot="piper", render=False))
+    for seed in range(20):  # two_buttons has no task cube; each distractor is present with p = 0.6
+        scene.reset(get_composition("piper", "two_buttons"), seed)
+        state = scene.privileged_state()
+        _, present = landmark_points(state)
+        assert list(present[: len(CUBES)]) == [state["objects"][c]["present"] for c in CUBES]
+        if not present[: len(CUBES)].all():
+            return
+    pytest.fail("no seed of 20 parked a cube")
+
+
+def test_landmark_loss_ignores_invisible_landmarks():
+    keypoints = torch.zeros(1, 2 * 16)  # 16 channels, all at the centre
+    target = torch.tensor([[[0.5, 0.5], [0.9, -0.9]]])
+    assert landmark_loss(keypoints, target, torch.tensor([[True, False]])).item() == pytest.approx(0.25)
+
+
+def test_vision_pretraining_learns_and_moves_only_vision(config):
+    lib = ExpertLibrary(config, skills=("pick",))
+    feature = backbone_feature_size(config.image_size, len(config.conv_channels))
+    data = render_landmark_frames(
+        "piper", PerceptionConfig(frames=32, seed=1), config.image_size, feature, False
+    )
+    before = clone_state(lib)
+    metrics, losses = pretrain_vision(lib.backbone, [data], PerceptionConfig(steps=80, batch_size=16), False)
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5]), "landmark loss did not fall"
+    assert metrics["vision/rmse_px_last"] > 0
+    after = cpu_state(lib.state_dict())
+    vision = {id(p) for p in lib.backbone.vision_parameters()}
+    names = {n for n, p in lib.named_parameters() if id(p) in vision}
+    for name, tensor in before.items():
+        assert torch.equal(tensor, after[name]) != (name in names), f"{name} changed: {name in names}"
+
+
+def test_pretrain_leaves_frozen_parameters_bit_identical(config):
+    lib = ExpertLibrary(config, skills=("pick", "place"))
+    batch = synthetic_batch(config, ("franka", "piper") * 4, skills=("pick", "place") * 4)
+    frozen = lib.backbone.vision_parameters()
+    before = [p.detach().clone() for p in frozen]
+    fuse = lib.backbone.fuse.weight.detach().clone()
+    pretrain(lib, [batch], steps=5, progress=False, frozen=frozen)
+    assert all(torch.equal(b, p) for b, p in zip(before, frozen, strict=True))
+    assert not torch.equal(fuse, lib.backbone.fuse.weight)
