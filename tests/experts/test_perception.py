@@ -79,8 +79,10 @@ def test_vision_pretraining_learns_and_moves_only_vision(config):
     )
     before = clone_state(lib)
     metrics, losses = pretrain_vision(lib.backbone, [data], PerceptionConfig(steps=80, batch_size=16), False)
-    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5]), "landmark loss did not fall"
-    assert metrics["vision/rmse_px_last"] > 0
+    assert metrics["vision/landmark_loss_last"] < 0.5 * metrics["vision/landmark_loss_first"], metrics
+    assert np.mean(losses[-10:]) < np.mean(losses[:5])
+    assert metrics["vision/rmse_px_last"] > 0 and 0 <= metrics["vision/lamp_accuracy_last"] <= 1
+    assert set(np.unique(data.lamps)) == {0.0, 1.0}  # both lamp states are rendered
     after = cpu_state(lib.state_dict())
     vision = {id(p) for p in lib.backbone.vision_parameters()}
     names = {n for n, p in lib.named_parameters() if id(p) in vision}

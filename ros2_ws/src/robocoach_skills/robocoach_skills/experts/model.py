@@ -1,6 +1,6 @@
 """Skill experts: a shared backbone, and per skill a LoRA adapter on the backbone plus a small head.
 
-    frame (B,3,64,64) -> conv stack -> soft-argmax keypoints --+
+    frame (B,3,64,64) -> conv stack -> keypoints + mean pool --+
     proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk -> features (B,128)
     robot_id (B,) -> embedding -------------------------------+        (LoRA of the active skill on
     arguments (B,2) object/target -> embedding ---------------+
@@ -115,7 +115,7 @@ class Backbone(nn.Module):
         self.proprio = LoRALinear(ACTION_DIM, c.proprio_hidden)
         self.robot_embed = nn.Embedding(len(ROBOTS), c.robot_embed_dim)
         self.argument_embed = nn.Embedding(len(SUBTASK_ARGUMENTS), c.argument_embed_dim)
-        fused = 2 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim + 2 * c.argument_embed_dim
+        fused = 3 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim + 2 * c.argument_embed_dim
         self.fuse = LoRALinear(fused, c.embed_dim)
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
 
@@ -125,13 +125,19 @@ class Backbone(nn.Module):
         layers |= {"proprio": self.proprio, "fuse": self.fuse, "trunk": self.trunk}
         return LoRAAdapter({n: layers[n] for n in self.lora_targets}, self.lora_rank, self.lora_alpha)
 
-    def vision(self, image: torch.Tensor, adapter: LoRAAdapter | None = None) -> torch.Tensor:
-        """Frames (B, 3, H, W) -> keypoints (B, 2C): x of every channel, then y (see SpatialSoftArgmax)."""
+    def vision(
+        self, image: torch.Tensor, adapter: LoRAAdapter | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames (B, 3, H, W) -> keypoints (B, 2C) (x of every channel, then y) and pooled features (B, C).
+
+        Keypoints say where things are; the spatial mean of the last feature map says what is
+        there (a lit button lamp moves no keypoint, yet it is what "pressed" looks like).
+        """
         x = image
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
             low_rank = adapter.get(f"conv{i}") if adapter is not None else None
             x = F.relu(norm(conv(x, low_rank)))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
-        return self.keypoints(x)
+        return self.keypoints(x), x.mean(dim=(2, 3))
 
     def vision_parameters(self) -> list[nn.Parameter]:
         """The parameters of `vision` (besides an adapter): convs, norms and the keypoint temperature."""
@@ -148,11 +154,11 @@ class Backbone(nn.Module):
         def lora(name: str) -> LowRank | None:
             return adapter.get(name) if adapter is not None else None
 
-        vision = self.vision(image, adapter)  # (B, 2 * C_last)
+        keypoints, pooled = self.vision(image, adapter)  # (B, 2 * C_last), (B, C_last)
         p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
         r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
-        h = F.relu(self.fuse(torch.cat([vision, p, r, a], dim=-1), lora("fuse")))  # (B, embed_dim)
+        h = F.relu(self.fuse(torch.cat([keypoints, pooled, p, r, a], dim=-1), lora("fuse")))  # (B, embed_dim)
         return F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
 
 

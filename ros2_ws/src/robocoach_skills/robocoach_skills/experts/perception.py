@@ -5,10 +5,12 @@ under randomised poses, colours and light: bootstrap pick policies trained that 
 off the cube. Policies usually start from a pretrained visual encoder; none can be downloaded here,
 so the simulator provides one: the first LANDMARKS keypoint channels of `Backbone.vision` are
 trained to sit on the projected image position of each landmark (cubes, buttons, bin, pad, drawer
-handle, the gripper) in robot-free renders of the workspace. The renders need no demonstrator:
-initial states drawn from every training composition's distribution, with the arm placed by IK at
-random poses over the workspace and the gripper at a random opening. The experts then learn actions
-on top of these keypoints (`ExpertTrainingConfig.freeze_vision`).
+handle, the gripper) in robot-free renders of the workspace, and a linear probe on the pooled
+features must tell which button lamps are lit (what a pressed button looks like: no keypoint moves).
+The renders need no demonstrator: initial states drawn from every training composition's
+distribution, buttons latched at random, the arm placed by IK at random poses over the workspace
+and the gripper at a random opening. The experts then learn actions on top of these features
+(`ExpertTrainingConfig.freeze_vision`); the probe is discarded.
 
 This is sim-privileged supervision of the encoder only; the experts still act from camera frames
 and proprioception alone. On a real arm the same slot takes an encoder pretrained elsewhere.
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F  # noqa: N812 (the torch idiom)
+from torch import nn
 from tqdm import tqdm
 
 from robocoach_skills.device import select_device
@@ -49,6 +53,8 @@ class PerceptionConfig:
     poses_per_state: int = 4  # arm poses rendered per sampled initial state
     reach_margin: float = 0.05  # the gripper is placed up to this far beyond the fixtures' extent [m]
     height_range: tuple[float, float] = (0.03, 0.22)  # gripper height above the table [m]
+    latch_probability: float = 0.5  # each button is rendered latched (lamp lit) with this probability
+    lamp_weight: float = 0.1  # weight of the lamp probe's BCE next to the landmark MSE
     steps: int = 1500  # optimiser steps
     batch_size: int = 64
     lr: float = 1e-3  # AdamW
@@ -61,6 +67,11 @@ class PerceptionConfig:
         lo, hi = self.height_range
         if not 0 <= lo <= hi:
             raise ValueError(f"PerceptionConfig.height_range must satisfy 0 <= min <= max, got {(lo, hi)}")
+        if not 0 <= self.latch_probability <= 1 or self.lamp_weight < 0:
+            raise ValueError(
+                f"PerceptionConfig needs latch_probability in [0, 1] and lamp_weight >= 0, "
+                f"got {self.latch_probability}, {self.lamp_weight}"
+            )
 
 
 @dataclass
@@ -70,6 +81,7 @@ class LandmarkFrames:
     images: np.ndarray  # (N, H, W, 3) uint8
     keypoints: np.ndarray  # (N, K, 2) float32 landmark (x, y) in the keypoint frame of SpatialSoftArgmax
     visible: np.ndarray  # (N, K) bool: the landmark is on the table and inside the frame
+    lamps: np.ndarray  # (N, len(BUTTONS)) float32: 1 where the button's lamp is lit
 
 
 def landmark_points(state: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -99,13 +111,18 @@ def render_landmark_frames(
     scene = SimScene(SceneConfig(robot=robot, image_size=image_size))
     ik = IKSolver(scene.model, scene.arm.joint_names, TCP_SITE, IKConfig(pitch_weight=IK_PITCH_WEIGHT[robot]))
     compositions = training_compositions(robot)
-    images, keypoints, visible = [], [], []
+    images, keypoints, visible, lamps = [], [], [], []
     bar = tqdm(total=config.frames, desc=f"perception frames {robot}", disable=not progress, leave=False)
     try:
         while len(images) < config.frames:
             composition = compositions[int(rng.integers(len(compositions)))]
             scene.reset(composition, int(rng.integers(2**31)))
-            low, high = _workspace_box(scene.privileged_state(), config.reach_margin)
+            for button in BUTTONS:
+                if rng.random() < config.latch_probability:
+                    scene.latch_button(button)
+            state = scene.privileged_state()
+            lit = [float(state["buttons"][b]["press_count"] > 0) for b in BUTTONS]
+            low, high = _workspace_box(state, config.reach_margin)
             q = np.asarray(scene.arm.home, dtype=np.float64)
             for _ in range(min(config.poses_per_state, config.frames - len(images))):
                 target = np.append(rng.uniform(low, high), rng.uniform(*config.height_range))
@@ -117,11 +134,14 @@ def render_landmark_frames(
                 images.append(scene.render())
                 keypoints.append(keypoint_coordinates(pixels, image_size, feature_size))
                 visible.append(present & inside)
+                lamps.append(lit)
                 bar.update()
     finally:
         bar.close()
         scene.close()
-    return LandmarkFrames(np.stack(images), np.stack(keypoints), np.stack(visible))
+    return LandmarkFrames(
+        np.stack(images), np.stack(keypoints), np.stack(visible), np.asarray(lamps, dtype=np.float32)
+    )
 
 
 def _workspace_box(state: dict, margin: float) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +165,7 @@ def landmark_loss(keypoints: torch.Tensor, target: torch.Tensor, visible: torch.
 def pretrain_vision(
     backbone: Backbone, datasets: Sequence[LandmarkFrames], config: PerceptionConfig, progress: bool = True
 ) -> tuple[dict[str, float], list[float]]:
-    """Train `backbone.vision` (convs, norms, temperature) to find LANDMARKS; returns metrics, losses."""
+    """Train `backbone.vision` (convs, norms, temperature) on landmarks and lamps; returns metrics, losses."""
     channels = backbone.convs[-1].out_channels
     if channels < len(LANDMARKS):
         raise ValueError(
@@ -156,19 +176,27 @@ def pretrain_vision(
     images = torch.from_numpy(np.concatenate([d.images for d in datasets]))  # (N, H, W, 3) uint8
     target = torch.from_numpy(np.concatenate([d.keypoints for d in datasets]))
     visible = torch.from_numpy(np.concatenate([d.visible for d in datasets]))
-    params = backbone.vision_parameters()
+    lamps = torch.from_numpy(np.concatenate([d.lamps for d in datasets]))
+    probe = nn.Linear(channels, len(BUTTONS)).to(device)  # lamp states from pooled features; discarded
+    params = [*backbone.vision_parameters(), *probe.parameters()]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
-    losses, start = [], time.perf_counter()
+    losses, landmark_losses, lamp_hits, start = [], [], [], time.perf_counter()
     for _ in tqdm(range(config.steps), desc="pretrain vision", disable=not progress, leave=False):
         rows = torch.randint(len(images), (config.batch_size,), generator=generator)
         frames = images[rows].to(device).permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W)
-        loss = landmark_loss(backbone.vision(frames), target[rows].to(device), visible[rows].to(device))
+        keypoints, pooled = backbone.vision(frames)
+        landmark = landmark_loss(keypoints, target[rows].to(device), visible[rows].to(device))
+        lamp_logits, lit = probe(pooled), lamps[rows].to(device)
+        loss = landmark + config.lamp_weight * F.binary_cross_entropy_with_logits(lamp_logits, lit)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    last = losses[-max(1, config.steps // 10) :]
+        landmark_losses.append(landmark.item())
+        lamp_hits.append(((lamp_logits > 0).float() == lit).float().mean().item())
+    window = max(1, config.steps // 10)
+    last = landmark_losses[-window:]
     # Root-mean-square landmark error in pixels: the keypoint frame spans (feature - 1) cells of `stride` px.
     feature = backbone_feature_size(images.shape[1], len(backbone.convs))
     px_per_unit = images.shape[1] / feature * (feature - 1) / 2
@@ -177,8 +205,11 @@ def pretrain_vision(
         "vision/frames": float(len(images)),
         "vision/seconds": time.perf_counter() - start,
         "vision/loss_first": losses[0],
-        "vision/loss_last": float(np.mean(last)),
+        "vision/loss_last": float(np.mean(losses[-window:])),
+        "vision/landmark_loss_first": landmark_losses[0],
+        "vision/landmark_loss_last": float(np.mean(last)),
         "vision/rmse_px_last": float(math.sqrt(np.mean(last))) * px_per_unit,
+        "vision/lamp_accuracy_last": float(np.mean(lamp_hits[-window:])),
     }
     return metrics, losses
 

@@ -259,6 +259,11 @@ class SimScene:
         self._write_ctrl(self._targets)
         mujoco.mj_forward(self.model, self.data)
 
+    def latch_button(self, button: str) -> None:
+        """Latch `button` as if it had been pressed (lamp lit, press counted), for rendering only."""
+        self._press_count[button] += 1
+        self.model.geom_rgba[self._lamp_geoms[button]] = mjcf.BUTTON_LAMP_ON_RGBA
+
     def project(self, points: np.ndarray) -> np.ndarray:
         """World points (N, 3) [m] -> camera pixel coordinates (N, 2) (column, row; row 0 at the top)."""
         cam = self._camera
