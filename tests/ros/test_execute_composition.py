@@ -27,7 +27,7 @@ from ros_harness import running_node, send_goal, spin_until
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 ROBOT, TASK, SEED = "piper", "two_buttons", 1
-DEMOS, TRAIN_STEPS = 4, 600  # measured: the press then succeeds from SEED (4 actions per chunk)
+DEMOS, TRAIN_STEPS = 4, 600
 TIMEOUT_S = 60.0
 STATUS_SUCCEEDED = 4
 
@@ -42,8 +42,9 @@ def press_experts(tmp_path_factory):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known failure, issue 4 open: through the ROS graph the expert's press stalls at progress "
-    "0.47-0.65 while its done head confirms it (the same expert presses in-process); see docs/bootstrap.md",
+    reason="known failure, issue 4 open: the expert's done head confirms the press at progress 0.43-0.65 "
+    "(touching the cap, before it latches), also with whole-chunk execution and with a perception prior "
+    "(2026-11-30); see docs/bootstrap.md",
 )
 def test_execute_task_completes_the_press_and_streams_feedback(ros_probe, press_experts):
     composition = get_composition(ROBOT, TASK)
