@@ -158,7 +158,8 @@ def imagine_composition(
     online = BatchedJudge(judge, n_rows)
     online.reset_rows(range(n_rows), [subtasks[0]] * n_rows, robot)
     rule = DoneRule(verdict or VerdictConfig(), n_rows)
-    queue = torch.zeros((n_rows, config.n_action_steps, action_contract.ACTION_DIM), device=device)
+    per_chunk = min(config.n_action_steps, library.config.chunk_len)  # as LibraryPolicy: at most a chunk
+    queue = torch.zeros((n_rows, per_chunk, action_contract.ACTION_DIM), device=device)
     queued = np.zeros(n_rows, dtype=np.int64)  # actions left in each row's queue
     arguments = torch.tensor([action_contract.argument_ids(s) for s in subtasks], device=device)
     kept = _FrameKeeper(n_trials, n_seeds, config.keep_frames)
@@ -168,7 +169,7 @@ def imagine_composition(
         if not running.any():
             break
         _refill(library, queue, queued, rows, running, images, proprio, robot_ids, arguments, subtasks)
-        position = np.minimum(config.n_action_steps - queued, config.n_action_steps - 1)  # next queued action
+        position = np.minimum(per_chunk - queued, per_chunk - 1)  # next queued action
         actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
         queued -= running  # finished rows keep stepping (batching), their outputs are ignored
         world_state, frames, proprio_k = world.imagine(world_state, actions[:, None], robot_ids, generator)
