@@ -135,12 +135,33 @@ def write_atomically(directory: Path, files: Mapping[str, bytes]) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    dir_fd = os.open(directory.parent, os.O_RDONLY)
+    _fsync_dir(directory.parent)  # make the rename itself durable
+    return directory
+
+
+def replace_file_atomically(path: Path, data: bytes) -> Path:
+    """Replace the file at `path` with `data`: a crash leaves the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
-        os.fsync(dir_fd)  # make the rename itself durable
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return directory
 
 
 def json_bytes(obj: Any) -> bytes:

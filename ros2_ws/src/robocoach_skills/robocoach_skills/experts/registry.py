@@ -16,13 +16,13 @@ the library nor ACTIVE. One writer per root at a time (the experts' trainer or e
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robocoach_skills.checkpoint import replace_file_atomically
 from robocoach_skills.experts.artifacts import AdapterLoadError, AdapterMeta, load_adapter, save_adapter
 from robocoach_skills.experts.model import SKILL_NAME, ExpertLibrary
 
@@ -145,7 +145,4 @@ class AdapterRegistry:
         return self.root / skill
 
     def _set_active(self, skill: str, version: int) -> None:
-        f = self._skill_dir(skill) / ACTIVE_FILE
-        tmp = f.with_name(f".{ACTIVE_FILE}.tmp-{os.getpid()}")
-        tmp.write_text(f"{version}\n")
-        os.replace(tmp, f)
+        replace_file_atomically(self._skill_dir(skill) / ACTIVE_FILE, f"{version}\n".encode())

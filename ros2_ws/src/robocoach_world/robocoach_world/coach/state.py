@@ -21,14 +21,13 @@ demo is lost: accepted demos are in the episode store (atomically) before anyone
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from robocoach_skills.checkpoint import json_bytes
+from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
 from robocoach_skills.composition import Subtask
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_world.coach.allocation import Allocation
@@ -163,18 +162,7 @@ class CoachState:
 
     def save(self) -> None:
         """Replace the state file atomically: a crash leaves the old or the new state, never a mix."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        with open(tmp, "wb") as f:
-            f.write(json_bytes(self.to_dict()))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_file_atomically(self.path, json_bytes(self.to_dict()))
 
     # ---- derived -------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from robocoach_skills.bootstrap import BACKBONE_DIR
-from robocoach_skills.checkpoint import json_bytes, load_checkpoint, save_checkpoint
+from robocoach_skills.checkpoint import json_bytes, load_checkpoint, replace_file_atomically, save_checkpoint
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import KEY_ARGUMENTS, KEY_DONE, KEY_EPISODE_ID, KEY_SKILL, KEY_SUBTASK_INDEX
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
@@ -244,9 +244,7 @@ class WholeTaskState:
         return state
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(json_bytes({k: v for k, v in asdict(self).items() if k != "path"}))
-        tmp.replace(self.path)
+        replace_file_atomically(self.path, json_bytes({k: v for k, v in asdict(self).items() if k != "path"}))
 
     def received_ids(self) -> set[str]:
         """Every demo counted so far, all rounds."""

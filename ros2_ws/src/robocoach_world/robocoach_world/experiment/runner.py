@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from robocoach_skills.bootstrap import ADAPTERS_DIR, BACKBONE_DIR, load_experts
-from robocoach_skills.checkpoint import json_bytes
+from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
 from robocoach_skills.composition import Composition
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore
@@ -321,10 +321,7 @@ class _Run:
                 int(t.ground_truth["first_failed"]) for t in result.trials
             ]
         point.seconds = time.perf_counter() - start
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(json_bytes(asdict(point)))
-        tmp.replace(path)
+        replace_file_atomically(path, json_bytes(asdict(point)))
         return point
 
 
