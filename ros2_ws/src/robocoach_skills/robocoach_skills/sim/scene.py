@@ -260,7 +260,8 @@ class SimScene:
         mujoco.mj_forward(self.model, self.data)
 
     def latch_button(self, button: str) -> None:
-        """Latch `button` as if it had been pressed (lamp lit, press counted), for rendering only."""
+        """Count a press of `button` and light its lamp: what a press does (`_update_buttons` calls it),
+        and what a perception render of a pressed button needs without simulating the press."""
         self._press_count[button] += 1
         self.model.geom_rgba[self._lamp_geoms[button]] = mjcf.BUTTON_LAMP_ON_RGBA
 
@@ -327,8 +328,7 @@ class SimScene:
         for b in BUTTONS:
             pressed = self._button_depth(b) > self._press_threshold
             if pressed and not self._pressed[b]:
-                self._press_count[b] += 1
-                self.model.geom_rgba[self._lamp_geoms[b]] = mjcf.BUTTON_LAMP_ON_RGBA
+                self.latch_button(b)
             self._pressed[b] = pressed
 
     def _finger_contacts(self) -> dict[str, set[int]]:
