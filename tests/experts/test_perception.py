@@ -49,9 +49,9 @@ def test_keypoint_frame_spans_feature_cell_centres():
 
 def test_rendered_frames_are_seeded_and_parked_cubes_invisible():
     config = PerceptionConfig(frames=6, poses_per_state=3, seed=4)
-    data = render_landmark_frames("piper", config, image_size=32, feature_size=8, progress=False)
-    again = render_landmark_frames("piper", config, image_size=32, feature_size=8, progress=False)
-    assert data.images.shape == (6, 32, 32, 3) and data.keypoints.shape == (6, len(LANDMARKS), 2)
+    data = render_landmark_frames("piper", config, image_size=32, progress=False)
+    again = render_landmark_frames("piper", config, image_size=32, progress=False)
+    assert data.images.shape == (6, 32, 32, 3) and data.pixels.shape == (6, len(LANDMARKS), 2)
     np.testing.assert_array_equal(data.images, again.images)
     assert data.visible[:, LANDMARKS.index("bin")].all()  # fixtures stay in the frame
     scene = SimScene(SceneConfig(robot="piper", render=False))
@@ -73,10 +73,7 @@ def test_landmark_loss_ignores_invisible_landmarks():
 
 def test_vision_pretraining_learns_and_moves_only_vision(config):
     lib = ExpertLibrary(config, skills=("pick",))
-    feature = backbone_feature_size(config.image_size, len(config.conv_channels))
-    data = render_landmark_frames(
-        "piper", PerceptionConfig(frames=32, seed=1), config.image_size, feature, False
-    )
+    data = render_landmark_frames("piper", PerceptionConfig(frames=32, seed=1), config.image_size, False)
     before = clone_state(lib)
     metrics, losses = pretrain_vision(lib.backbone, [data], PerceptionConfig(steps=80, batch_size=16), False)
     assert metrics["vision/landmark_loss_last"] < 0.5 * metrics["vision/landmark_loss_first"], metrics

@@ -29,12 +29,7 @@ from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
 from robocoach_skills.experts.artifacts import load_backbone, save_backbone
-from robocoach_skills.experts.perception import (
-    PerceptionConfig,
-    backbone_feature_size,
-    pretrain_vision,
-    render_landmark_frames,
-)
+from robocoach_skills.experts.perception import PerceptionConfig, pretrain_vision, render_landmark_frames
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_skills.experts.train import pretrain
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
@@ -142,9 +137,8 @@ def train_bootstrap_experts(
     frozen: list[torch.nn.Parameter] = []
     if config.perception is not None:
         size = store.info.image_size[0]
-        feature = backbone_feature_size(size, len(config.expert.conv_channels))
         robots = sorted({meta.robot for meta in store.iter_meta(kind="demo")})
-        frames = [render_landmark_frames(r, config.perception, size, feature, show_progress) for r in robots]
+        frames = [render_landmark_frames(r, config.perception, size, show_progress) for r in robots]
         metrics, _ = pretrain_vision(library.backbone, frames, config.perception, show_progress)
         frozen = library.backbone.vision_parameters() if config.freeze_vision else []
     loader = DataLoader(

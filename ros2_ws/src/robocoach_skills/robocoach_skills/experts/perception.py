@@ -15,7 +15,7 @@ and the gripper at a random opening. The experts then learn actions on top of th
 This is sim-privileged supervision of the encoder only; the experts still act from camera frames
 and proprioception alone. On a real arm the same slot takes an encoder pretrained elsewhere.
 
-    data = render_landmark_frames("piper", PerceptionConfig(), 64, backbone_feature_size(64, 3))
+    data = render_landmark_frames("piper", PerceptionConfig(), image_size=64)
     metrics, losses = pretrain_vision(library.backbone, [data], PerceptionConfig())
 """
 
@@ -79,7 +79,7 @@ class LandmarkFrames:
     """Rendered frames and where each landmark is in them."""
 
     images: np.ndarray  # (N, H, W, 3) uint8
-    keypoints: np.ndarray  # (N, K, 2) float32 landmark (x, y) in the keypoint frame of SpatialSoftArgmax
+    pixels: np.ndarray  # (N, K, 2) float32 landmark (column, row) in the frame (SimScene.project)
     visible: np.ndarray  # (N, K) bool: the landmark is on the table and inside the frame
     lamps: np.ndarray  # (N, len(BUTTONS)) float32: 1 where the button's lamp is lit
 
@@ -101,17 +101,14 @@ def keypoint_coordinates(pixels: np.ndarray, image_size: int, feature_size: int)
 
 
 def render_landmark_frames(
-    robot: str, config: PerceptionConfig, image_size: int, feature_size: int, progress: bool = True
+    robot: str, config: PerceptionConfig, image_size: int, progress: bool = True
 ) -> LandmarkFrames:
-    """`config.frames` renders of `robot`'s workspace with landmark keypoints (see the module docstring).
-
-    `feature_size` is the edge of the backbone's last feature map (`backbone_feature_size`).
-    """
+    """`config.frames` renders of `robot`'s workspace with landmark positions (see the module docstring)."""
     rng = np.random.default_rng([config.seed, sum(map(ord, robot))])
     scene = SimScene(SceneConfig(robot=robot, image_size=image_size))
     ik = IKSolver(scene.model, scene.arm.joint_names, TCP_SITE, IKConfig(pitch_weight=IK_PITCH_WEIGHT[robot]))
     compositions = training_compositions(robot)
-    images, keypoints, visible, lamps = [], [], [], []
+    images, pixels, visible, lamps = [], [], [], []
     bar = tqdm(total=config.frames, desc=f"perception frames {robot}", disable=not progress, leave=False)
     try:
         while len(images) < config.frames:
@@ -129,10 +126,10 @@ def render_landmark_frames(
                 q = ik.solve(target, top_down_rotation(rng.uniform(-math.pi, math.pi)), q).q
                 scene.place_arm(q, rng.uniform(0.0, 1.0))
                 points, present = landmark_points(scene.privileged_state())
-                pixels = scene.project(points)  # (K, 2)
-                inside = np.all((pixels >= 0) & (pixels < image_size), axis=1)
+                projected = scene.project(points)  # (K, 2)
+                inside = np.all((projected >= 0) & (projected < image_size), axis=1)
                 images.append(scene.render())
-                keypoints.append(keypoint_coordinates(pixels, image_size, feature_size))
+                pixels.append(projected.astype(np.float32))
                 visible.append(present & inside)
                 lamps.append(lit)
                 bar.update()
@@ -140,7 +137,7 @@ def render_landmark_frames(
         bar.close()
         scene.close()
     return LandmarkFrames(
-        np.stack(images), np.stack(keypoints), np.stack(visible), np.asarray(lamps, dtype=np.float32)
+        np.stack(images), np.stack(pixels), np.stack(visible), np.asarray(lamps, dtype=np.float32)
     )
 
 
@@ -174,7 +171,10 @@ def pretrain_vision(
     device = select_device()
     backbone.to(device)
     images = torch.from_numpy(np.concatenate([d.images for d in datasets]))  # (N, H, W, 3) uint8
-    target = torch.from_numpy(np.concatenate([d.keypoints for d in datasets]))
+    size = images.shape[1]
+    feature = backbone_feature_size(size, len(backbone.convs))
+    pixels = np.concatenate([d.pixels for d in datasets])
+    target = torch.from_numpy(keypoint_coordinates(pixels, size, feature))  # (N, K, 2)
     visible = torch.from_numpy(np.concatenate([d.visible for d in datasets]))
     lamps = torch.from_numpy(np.concatenate([d.lamps for d in datasets]))
     probe = nn.Linear(channels, len(BUTTONS)).to(device)  # lamp states from pooled features; discarded
@@ -198,8 +198,7 @@ def pretrain_vision(
     window = max(1, config.steps // 10)
     last = landmark_losses[-window:]
     # Root-mean-square landmark error in pixels: the keypoint frame spans (feature - 1) cells of `stride` px.
-    feature = backbone_feature_size(images.shape[1], len(backbone.convs))
-    px_per_unit = images.shape[1] / feature * (feature - 1) / 2
+    px_per_unit = size / feature * (feature - 1) / 2
     metrics = {
         "vision/steps": float(config.steps),
         "vision/frames": float(len(images)),
