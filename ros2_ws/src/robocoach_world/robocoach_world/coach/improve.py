@@ -71,7 +71,13 @@ def replay_sample(
         for m in store.iter_meta(kind="demo", skill=skill, success=True)
         if m.episode_id not in skip and (robots is None or m.robot in robots)
     ]
-    rng = np.random.default_rng((seed, zlib.crc32(skill.encode())))
+    return seeded_sample(pool, n, seed, skill)
+
+
+def seeded_sample(pool: Sequence[str], n: int, seed: int, key: str) -> list[str]:
+    """`n` (or all, if fewer) of `pool` without replacement, in pool order; the draw depends only on
+    (seed, key), so a resumed run draws the same replay again."""
+    rng = np.random.default_rng((seed, zlib.crc32(key.encode())))
     chosen = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
     return [pool[i] for i in sorted(chosen)]
 

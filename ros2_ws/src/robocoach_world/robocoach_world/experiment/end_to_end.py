@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,7 +54,7 @@ from robocoach_skills.sim.scene import SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.teleop.scripted import ScriptedSessionConfig
 from robocoach_skills.teleop.session import stable_seed
-from robocoach_world.coach.improve import ImproveConfig
+from robocoach_world.coach.improve import ImproveConfig, seeded_sample
 from robocoach_world.coach.loop import CoachConfig
 from robocoach_world.experiment.methods import ROUND_ROBIN
 
@@ -372,8 +371,5 @@ class WholeTaskTeacher:
     def _replay(self, composition: Composition, new: Sequence[str]) -> list[str]:
         """A seeded sample of the composition's older demos on this arm, `replay_ratio` x as many as `new`."""
         pool = composition_demos(self.store, composition, composition.robot, exclude=new)
-        n = min(round(self.config.improve.replay_ratio * len(new)), len(pool))
-        rng = np.random.default_rng(
-            (self.config.improve.seed + self.state.round, zlib.crc32(composition.name.encode()))
-        )
-        return [pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False))]
+        n = round(self.config.improve.replay_ratio * len(new))
+        return seeded_sample(pool, n, self.config.improve.seed + self.state.round, composition.name)
