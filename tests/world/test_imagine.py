@@ -133,3 +133,21 @@ def test_never_is_the_switch_time_of_an_unconfirmed_subtask(models):
         ImaginationConfig(num_rollouts=1, num_world_seeds=1, agreement=1),
     )[0]  # fmt: skip
     assert trial.seeds[0].switch_times == [NEVER, NEVER]
+
+
+def test_a_step_moves_only_the_running_rows(models):
+    from robocoach_world.imagine import _step_world
+
+    world = models[0]
+    images, proprio = _initial("franka", 3)
+    ids = torch.zeros(3, dtype=torch.long)
+    images, proprio = torch.as_tensor(images), torch.as_tensor(proprio)  # franka: native = padded
+    state = world.observe(images[:, None], proprio[:, None], ids)
+    actions = torch.rand(3, 8) * 0.1
+    after, new_images, new_proprio = _step_world(
+        world, state, actions, ids, torch.Generator().manual_seed(0), None, np.array([0, 2]), images, proprio
+    )
+    assert torch.equal(after.h[1], state.h[1]) and torch.equal(new_images[1], images[1])
+    assert torch.equal(new_proprio[1], proprio[1])
+    assert not torch.equal(after.h[0], state.h[0]) and not torch.equal(new_proprio[2], proprio[2])
+    assert after.skips is state.skips and new_images.shape == images.shape

@@ -145,6 +145,23 @@ def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():
         online.update(frames_for([0.1]))
 
 
+def test_batched_judge_advances_only_the_rows_it_is_given():
+    config = JudgeConfig(image_size=SIZE, channels=(8,), feature_dim=4, embed_dim=2, hidden_dim=4)
+    judge = ProgressJudge(config).eval()
+    both, alone = BatchedJudge(judge, rows=2), BatchedJudge(judge, rows=1)
+    both.reset_rows([0, 1], TWO.subtasks, "franka")
+    alone.reset_rows([0], TWO.subtasks[:1], "franka")
+    frames = np.random.default_rng(0).integers(0, 256, (3, 2, SIZE, SIZE, 3), dtype=np.uint8)
+    first = both.update(frames[0])
+    alone.update(frames[0, :1])
+    for t in (1, 2):  # row 1 stands still: its scores and state stay those of the first frame
+        progress = both.update(frames[t], rows=np.array([0]))
+        expected = alone.update(frames[t, :1])
+        np.testing.assert_allclose(progress[0], expected[0], rtol=1e-5)
+        assert progress[1] == first[1]
+    np.testing.assert_allclose(both.hidden[:, 0], alone.hidden[:, 0], rtol=1e-5)
+
+
 def test_measures_of_one_case_by_hand():
     # Ground truth: subtask 0 completes at frame 2 (progress 1), subtask 1 fails.
     video = Labelled(

@@ -109,3 +109,12 @@ def test_config_is_validated():
         WorldConfig(channels=(6, 16))
     with pytest.raises(ValueError, match="keys"):
         WorldConfig.from_dict({"image_size": 64})
+
+
+def test_reduced_precision_frames_stay_close_and_leave_proprio_and_state_exact(model):
+    state = model.observe(*_history(2), IDS)
+    full = model.imagine(state, _actions(3), IDS, torch.Generator().manual_seed(0))
+    fast = model.imagine(state, _actions(3), IDS, torch.Generator().manual_seed(0), torch.bfloat16)
+    assert torch.equal(full[0].h, fast[0].h) and torch.equal(full[2], fast[2])
+    difference = (full[1].int() - fast[1].int()).abs()
+    assert fast[1].dtype == torch.uint8 and difference.float().mean() < 1.0 and difference.max() <= 8

@@ -26,12 +26,13 @@ import torch
 from robocoach_skills import action_contract
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.device import fast_dtype
 from robocoach_skills.experts.model import ChunkPolicy
 from robocoach_skills.skill_policy import ChunkExecutionConfig
 from robocoach_world.judge.model import ProgressJudge
 from robocoach_world.judge.verdict import NEVER, BatchedJudge, Deadlines, DoneRule, VerdictConfig
 from robocoach_world.records import SOURCE_IMAGINED, TrialRecord
-from robocoach_world.world.model import CoachWorld
+from robocoach_world.world.model import CoachWorld, WorldState
 
 IMAGINATION_SEED_BASE = 2_000_000  # initial states the coach imagines from; apart from evaluation seeds
 
@@ -50,6 +51,7 @@ class ImaginationConfig:
     n_action_steps: int = ChunkExecutionConfig.n_action_steps  # as on the robot (LibraryPolicy)
     seed: int = 0  # seeds the world-model noise
     keep_frames: bool = False  # keep the imagined frames of one seed per trial (clips, the Imagine result)
+    fast_frames: bool = True  # decode frames in the device's native reduced precision (`fast_dtype`), if any
 
     def __post_init__(self) -> None:
         if self.num_rollouts < 1 or self.num_world_seeds < 1 or self.horizon < 1 or self.n_action_steps < 1:
@@ -163,6 +165,7 @@ def imagine_composition(
     queued = np.zeros(n_rows, dtype=np.int64)  # actions left in each row's queue
     arguments = torch.tensor([action_contract.argument_ids(s) for s in subtasks], device=device)
     kept = _FrameKeeper(n_trials, n_seeds, config.keep_frames)
+    frame_dtype = fast_dtype(device) if config.fast_frames else None
 
     for step in range(config.horizon):
         running = rows.running
@@ -171,11 +174,13 @@ def imagine_composition(
         _refill(library, queue, queued, rows, running, images, proprio, robot_ids, arguments, subtasks)
         position = np.minimum(per_chunk - queued, per_chunk - 1)  # next queued action
         actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
-        queued -= running  # finished rows keep stepping (batching), their outputs are ignored
-        world_state, frames, proprio_k = world.imagine(world_state, actions[:, None], robot_ids, generator)
-        images, proprio = frames[:, 0], proprio_k[:, 0]
+        queued -= running
+        live = None if running.all() else np.nonzero(running)[0]  # rows whose trial has ended stand still
+        world_state, images, proprio = _step_world(
+            world, world_state, actions, robot_ids, generator, frame_dtype, live, images, proprio
+        )
         kept.add(images, running)
-        progress = online.update(images)  # like the router's detector: frames after each action only
+        progress = online.update(images, live)  # like the router's detector: frames after each action only
         done = rule.update(online.done) & running
         rows.steps[running] += 1
         active = np.nonzero(running)[0]
@@ -240,6 +245,34 @@ def majority(first_failures: list[int]) -> tuple[int, int]:
     tied = [f for f, n in votes.items() if n == best]
     failures = [f for f in tied if f >= 0]
     return (min(failures) if failures else -1), best
+
+
+def _step_world(
+    world: CoachWorld,
+    state: WorldState,
+    actions: torch.Tensor,
+    robot_ids: torch.Tensor,
+    generator: torch.Generator,
+    frame_dtype: torch.dtype | None,
+    live: np.ndarray | None,
+    images: torch.Tensor,
+    proprio: torch.Tensor,
+) -> tuple[WorldState, torch.Tensor, torch.Tensor]:
+    """One imagined step of the rows in `live` (None: all) -> (state, images (B, ...), proprio (B, 8)).
+
+    Rows outside `live` keep their state, frame and proprio: once most trials have ended, a step
+    costs only what the running ones need.
+    """
+    if live is None:
+        state, frames, proprio_k = world.imagine(state, actions[:, None], robot_ids, generator, frame_dtype)
+        return state, frames[:, 0], proprio_k[:, 0]
+    index = torch.as_tensor(live, device=robot_ids.device)
+    stepped, frames, proprio_k = world.imagine(
+        state.select(index), actions[index, None], robot_ids[index], generator, frame_dtype
+    )
+    h, images, proprio = state.h.clone(), images.clone(), proprio.clone()
+    h[index], images[index], proprio[index] = stepped.h, frames[:, 0], proprio_k[:, 0]
+    return WorldState(h, state.context, state.skips, state.robot_ids), images, proprio
 
 
 def _refill(

@@ -90,6 +90,7 @@ class BatchedJudge:
         self.hidden = torch.zeros(1, rows, judge.config.hidden_dim, device=device)
         self.fresh = torch.ones(rows, dtype=torch.bool, device=device)  # next frame starts a subtask
         self.done = np.zeros(rows, dtype=np.float32)  # done probability of the latest update, per row
+        self.progress = np.zeros(rows, dtype=np.float32)  # judged progress of the latest update, per row
 
     def reset_rows(
         self, rows: Sequence[int], subtasks: Sequence[Subtask], robots: str | Sequence[str]
@@ -102,21 +103,31 @@ class BatchedJudge:
         self.fresh[index] = True
 
     @torch.no_grad()
-    def update(self, images: np.ndarray | torch.Tensor) -> np.ndarray:
-        """(B, H, W, 3) uint8 newest frames -> (B,) float judged progress of each row's subtask."""
+    def update(self, images: np.ndarray | torch.Tensor, rows: np.ndarray | None = None) -> np.ndarray:
+        """(B, H, W, 3) uint8 newest frames -> (B,) float judged progress of each row's subtask.
+
+        With `rows` (indices), only those rows see their frame and advance (imagination skips the
+        rows whose trial has ended); the others keep their state and report their last scores.
+        """
         if tuple(images.shape[:1]) != (self.rows,) or images.shape[-1] != 3:
             raise ValueError(f"expected ({self.rows}, H, W, 3) frames, got {tuple(images.shape)}")
         if bool((self.cond[:, 0] < 0).any()):
             missing = torch.nonzero(self.cond[:, 0] < 0).flatten().tolist()
             raise RuntimeError(f"rows {missing} have no subtask: call reset_rows first")
-        frames = torch.as_tensor(np.asarray(images), device=self.device)
-        features = self.judge.encoder(frames)  # (B, F)
-        self.start = torch.where(self.fresh[:, None], features, self.start)
-        self.fresh[:] = False
-        logits, self.hidden = self.judge.step(features[:, None], self.start, self.cond, self.hidden)
-        scores = torch.sigmoid(logits[:, 0]).cpu().numpy()  # (B, 2)
-        self.done = scores[:, DONE]
-        return scores[:, PROGRESS]
+        rows = np.arange(self.rows) if rows is None else np.asarray(rows, dtype=np.int64)
+        index = torch.as_tensor(rows, device=self.device)
+        if isinstance(images, torch.Tensor):
+            frames = images.to(self.device)[index]
+        else:
+            frames = torch.as_tensor(np.asarray(images)[rows], device=self.device)
+        features = self.judge.encoder(frames)  # (R, F)
+        start = torch.where(self.fresh[index, None], features, self.start[index])
+        self.start[index], self.fresh[index] = start, False
+        logits, hidden = self.judge.step(features[:, None], start, self.cond[index], self.hidden[:, index])
+        self.hidden[:, index] = hidden
+        scores = torch.sigmoid(logits[:, 0]).float().cpu().numpy()  # (R, 2)
+        self.done[rows], self.progress[rows] = scores[:, DONE], scores[:, PROGRESS]
+        return self.progress.copy()
 
 
 @dataclass

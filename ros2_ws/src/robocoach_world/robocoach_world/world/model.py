@@ -226,11 +226,25 @@ class CoachWorld(nn.Module):
         mean, raw = net(x).chunk(2, dim=-1)
         return mean, nn.functional.softplus(raw) + self.config.min_std
 
-    def _decode(self, hs: torch.Tensor, state: WorldState, actions: torch.Tensor):
-        """hs (B, K, H) -> frames (B, K, 3, S, S) in [0, 1], proprio (B, K, 8) (residual on the targets)."""
+    def _decode(
+        self,
+        hs: torch.Tensor,
+        state: WorldState,
+        actions: torch.Tensor,
+        frame_dtype: torch.dtype | None = None,
+    ):
+        """hs (B, K, H) -> frames (B, K, 3, S, S) in [0, 1], proprio (B, K, 8) (residual on the targets).
+
+        frame_dtype (e.g. bfloat16) runs the frame decoder under autocast: it is most of an imagined
+        step, and frames end as 8-bit pixels anyway. Proprio and the latent path stay float32.
+        """
         k = hs.shape[1]
         # Step by step: the skips are shared, and copying them K times costs more than the convolutions.
-        frames = torch.stack([self.decoder(hs[:, j], state.context, state.skips) for j in range(k)], dim=1)
+        reduced = frame_dtype is not None
+        with torch.autocast(hs.device.type, dtype=frame_dtype or torch.bfloat16, enabled=reduced):
+            frames = torch.stack(
+                [self.decoder(hs[:, j], state.context, state.skips) for j in range(k)], dim=1
+            ).float()
         arm = self.robot(state.robot_ids)[:, None].expand(-1, k, -1)
         mask = self.channel_masks[state.robot_ids][:, None]  # (B, 1, 8)
         proprio = (actions + self.proprio_delta(torch.cat([hs, arm], dim=-1))) * mask
@@ -251,13 +265,15 @@ class CoachWorld(nn.Module):
         actions: torch.Tensor,
         robot_ids: torch.Tensor,
         generator: torch.Generator | None = None,
+        frame_dtype: torch.dtype | None = None,
     ) -> tuple[WorldState, torch.Tensor, torch.Tensor]:
         """Roll K >= 1 actions forward from `state`.
 
         actions: (B, K, 8) float, padded joint targets + gripper command of each row's arm (converted
         to the agnostic representation here). Returns the new state, frames (B, K, S, S, 3) uint8 and
         proprio (B, K, 8) float (zeros on unused channels); frame k follows action k. The noise is
-        drawn from `generator` (on any device; None: torch's global RNG).
+        drawn from `generator` (on any device; None: torch's global RNG). frame_dtype: decode the
+        frames in that precision (`device.fast_dtype`); None: float32.
         """
         if actions.dim() != 3 or actions.shape[0] != state.h.shape[0] or actions.shape[-1] != ACTION_DIM:
             raise ValueError(
@@ -282,7 +298,7 @@ class CoachWorld(nn.Module):
             h = self.cell(torch.cat([mean + std * noise.to(h.device), feats[:, k]], dim=-1), h)
             hs.append(h)
         state = WorldState(h, state.context, state.skips, robot_ids)
-        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
+        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions, frame_dtype)
         return state, to_uint8(frames.permute(0, 1, 3, 4, 2)), proprio
 
     # ------------------------------------------------------------------ training
