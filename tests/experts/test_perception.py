@@ -7,6 +7,7 @@ import pytest
 import torch
 from expert_helpers import clone_state, cpu_state, synthetic_batch
 
+from robocoach_skills.constants import SUBTASK_ARGUMENTS
 from robocoach_skills.experts import ExpertLibrary, pretrain
 from robocoach_skills.experts.perception import (
     LANDMARKS,
@@ -96,3 +97,31 @@ def test_pretrain_leaves_frozen_parameters_bit_identical(config):
     pretrain(lib, [batch], steps=5, progress=False, frozen=frozen)
     assert all(torch.equal(b, p) for b, p in zip(before, frozen, strict=True))
     assert not torch.equal(fuse, lib.backbone.fuse.weight)
+
+
+def test_each_argument_selects_its_own_landmark_keypoint(config):
+    backbone = ExpertLibrary(config, skills=("pick",)).backbone
+    channels = config.conv_channels[-1]
+    keypoints = torch.arange(2.0 * channels)[None]  # channel k at (k, channels + k)
+    arguments = torch.tensor([[SUBTASK_ARGUMENTS.index("green_cube"), SUBTASK_ARGUMENTS.index("pad")]])
+    gripper = LANDMARKS.index("gripper")
+    cube, pad = LANDMARKS.index("green_cube"), LANDMARKS.index("pad")
+    expected = [cube, channels + cube, pad, channels + pad]  # object xy, target xy
+    expected += [cube - gripper, cube - gripper, pad - gripper, pad - gripper]  # minus the gripper's
+    assert backbone.argument_offsets(keypoints, arguments)[0].tolist() == expected
+    nothing, drawer = SUBTASK_ARGUMENTS.index(""), SUBTASK_ARGUMENTS.index("drawer")
+    offsets = backbone.argument_offsets(keypoints, torch.tensor([[drawer, nothing]]))[0]
+    handle = LANDMARKS.index("drawer_handle")
+    assert offsets[:4].tolist() == [handle, channels + handle, gripper, channels + gripper]
+    assert offsets[6:].tolist() == [0.0, 0.0]  # no target: the gripper, zero offset
+
+
+def test_landmark_order_matches_the_scene_points():
+    scene = SimScene(SceneConfig(robot="piper", image_size=32))
+    try:
+        scene.reset(get_composition("piper", "pick_place_bin"), 0)
+        points, _ = landmark_points(scene.privileged_state())
+    finally:
+        scene.close()
+    assert LANDMARKS[: len(CUBES)] == CUBES and len(points) == len(LANDMARKS)
+    np.testing.assert_allclose(points[LANDMARKS.index("gripper")], scene.privileged_state()["ee_pos"])

@@ -40,6 +40,25 @@ SUBTASK_ARGUMENTS: tuple[str, ...] = (
     "pad",
 )
 
+# Keypoint channel k of the experts' backbone is trained to find LANDMARKS[k] (experts/perception.py),
+# and the landmark each subtask argument names is how an expert finds *its* object among the others.
+LANDMARKS: tuple[str, ...] = (
+    "red_cube",
+    "green_cube",
+    "blue_cube",
+    "red_button",
+    "green_button",
+    "bin",
+    "pad",
+    "drawer_handle",
+    "gripper",
+)
+ARGUMENT_LANDMARKS: dict[str, str] = {
+    **{a: a for a in SUBTASK_ARGUMENTS if a in LANDMARKS},
+    "": "gripper",  # no argument: the gripper itself, so its offsets from the gripper are zero
+    "drawer": "drawer_handle",
+}
+
 # Topic, service and action names of the ROS graph.
 TOPIC_JOINT_STATES = "/robocoach/robot/joint_states"
 TOPIC_CAMERA = "/robocoach/robot/camera/image_raw"

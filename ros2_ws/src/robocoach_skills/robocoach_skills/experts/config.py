@@ -36,6 +36,7 @@ class ExpertConfig:
     robot_embed_dim: int = 16  # width of the learned embodiment embedding
     argument_embed_dim: int = 16  # width of the embedding of each subtask argument (object, target)
     embed_dim: int = 128  # backbone feature width fed to the heads
+    argument_keypoints: bool = True  # also feed the keypoints of the subtask's object and target landmarks
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
@@ -117,6 +118,7 @@ class ExpertConfig:
             "robot_embed_dim",
             "argument_embed_dim",
             "embed_dim",
+            "argument_keypoints",
             "lora_rank",
             "lora_alpha",
             "lora_layers",

@@ -41,12 +41,14 @@ from robocoach_skills.action_contract import ACTION_DIM, channel_mask
 from robocoach_skills.checkpoint import state_mismatches
 from robocoach_skills.composition import UnknownSkillError
 from robocoach_skills.constants import (
+    ARGUMENT_LANDMARKS,
     KEY_ACTION_CHUNK,
     KEY_ACTION_MASK,
     KEY_ARGUMENTS,
     KEY_DONE,
     KEY_ROBOT_ID,
     KEY_SKILL,
+    LANDMARKS,
     OBS_IMAGE,
     OBS_PROPRIO,
     ROBOTS,
@@ -116,6 +118,16 @@ class Backbone(nn.Module):
         self.robot_embed = nn.Embedding(len(ROBOTS), c.robot_embed_dim)
         self.argument_embed = nn.Embedding(len(SUBTASK_ARGUMENTS), c.argument_embed_dim)
         fused = 3 * c.conv_channels[-1] + c.proprio_hidden + c.robot_embed_dim + 2 * c.argument_embed_dim
+        self.argument_keypoints = c.argument_keypoints
+        if c.argument_keypoints:
+            if c.conv_channels[-1] < len(LANDMARKS):
+                raise ValueError(
+                    f"argument_keypoints needs >= {len(LANDMARKS)} keypoint channels (one per landmark), "
+                    f"conv_channels ends with {c.conv_channels[-1]}"
+                )
+            landmark = [LANDMARKS.index(ARGUMENT_LANDMARKS[a]) for a in SUBTASK_ARGUMENTS]
+            self.register_buffer("argument_landmark", torch.tensor(landmark), persistent=False)
+            fused += 8  # object and target keypoints, and their offsets from the gripper's
         self.fuse = LoRALinear(fused, c.embed_dim)
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
 
@@ -139,6 +151,19 @@ class Backbone(nn.Module):
             x = F.relu(norm(conv(x, low_rank)))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
         return self.keypoints(x), x.mean(dim=(2, 3))
 
+    def argument_offsets(self, keypoints: torch.Tensor, arguments: torch.Tensor) -> torch.Tensor:
+        """Keypoints (B, 2C), arguments (B, 2) -> (B, 8): object xy, target xy, each minus the gripper's.
+
+        One press expert serves both buttons and one pick expert every cube: picking *the* landmark
+        keypoint its arguments name is a gating an MLP learns poorly from ten demos, so it is done here.
+        """
+        c = keypoints.shape[1] // 2
+        xy = torch.stack([keypoints[:, :c], keypoints[:, c:]], dim=-1)  # (B, C, 2)
+        rows = torch.arange(len(xy), device=xy.device)[:, None]
+        named = xy[rows, self.argument_landmark[arguments]]  # (B, 2, 2): object, target
+        gripper = xy[:, LANDMARKS.index("gripper")][:, None]  # (B, 1, 2)
+        return torch.cat([named.flatten(1), (named - gripper).flatten(1)], dim=-1)
+
     def vision_parameters(self) -> list[nn.Parameter]:
         """The parameters of `vision` (besides an adapter): convs, norms and the keypoint temperature."""
         return [*self.convs.parameters(), *self.norms.parameters(), *self.keypoints.parameters()]
@@ -158,7 +183,10 @@ class Backbone(nn.Module):
         p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
         r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
-        h = F.relu(self.fuse(torch.cat([keypoints, pooled, p, r, a], dim=-1), lora("fuse")))  # (B, embed_dim)
+        parts = [keypoints, pooled, p, r, a]
+        if self.argument_keypoints:
+            parts.append(self.argument_offsets(keypoints, arguments))
+        h = F.relu(self.fuse(torch.cat(parts, dim=-1), lora("fuse")))  # (B, embed_dim)
         return F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
 
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F  # noqa: N812 (the torch idiom)
 from torch import nn
 from tqdm import tqdm
 
+from robocoach_skills.constants import LANDMARKS
 from robocoach_skills.device import select_device
 from robocoach_skills.experts.model import Backbone
 from robocoach_skills.operator import IK_PITCH_WEIGHT
@@ -40,9 +41,6 @@ from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import training_compositions
-
-# Keypoint channel k of the backbone is trained to find LANDMARKS[k].
-LANDMARKS: tuple[str, ...] = (*CUBES, *BUTTONS, "bin", "pad", "drawer_handle", "gripper")
 
 
 @dataclass
