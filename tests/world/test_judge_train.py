@@ -24,6 +24,8 @@ from robocoach_world.judge.evaluate import evaluate_judge
 from robocoach_world.judge.model import JudgeConfig
 from robocoach_world.judge.train import TrainConfig, load_episodes, split_episodes, train
 from robocoach_world.judge.verdict import calibrate_deadlines
+from robocoach_world.world.artifacts import save_world
+from robocoach_world.world.model import CoachWorld, WorldConfig
 
 SIZE = 32
 VAL_EVERY = 4
@@ -115,6 +117,13 @@ def test_evaluation_cli_calibrates_deadlines_once_and_reports(corpus, trained):
     frozen = (out / DEADLINES_FILE).read_text()
     again = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and (out / DEADLINES_FILE).read_text() == frozen
+    save_world(out / "world", CoachWorld(WorldConfig(image_size=SIZE, channels=(8, 16))), {"metrics": {}})
+    imagined = subprocess.run(
+        [*command, "--world", str(out / "world")], capture_output=True, text=True, timeout=120
+    )
+    assert imagined.returncode == 0, imagined.stderr
+    report = json.loads((out / "evaluation_imagined.json").read_text())
+    assert report["video"].startswith("imagined by") and report["results"]["all"]["episodes"] == len(episodes)
 
 
 def test_train_cli_help_runs():

@@ -59,9 +59,9 @@ class Profile:
 
 PROFILES = {
     "default": Profile(
-        demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=10,
-        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=4, world_steps=1500,
-        judge_epochs=6, demo_budget=150, demos_per_round=50, imagined_rollouts=64, initial_states=8,
+        demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
+        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, world_steps=600,
+        judge_epochs=6, demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
     ),
     "quick": Profile(

@@ -2,6 +2,7 @@
 
     python -m robocoach_world.judge.evaluate --judge runs/judge --stores runs/corpus_test \
         --calibration runs/corpus_calibration
+    ... --world runs/world    # the same episodes as CoachWorld imagines them (`world.evaluate.imagined_twin`)
 
 Deadlines come from `<judge>/deadlines.json`; when it is missing they are calibrated on the
 successful episodes of `--calibration` and frozen there first. Measures, per group (all, each arm,
@@ -28,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from robocoach_skills import measures
 from robocoach_skills.composition import Composition
@@ -42,6 +44,8 @@ from robocoach_world.judge.verdict import (
     calibrate_deadlines,
     judge_episode,
 )
+from robocoach_world.world.artifacts import load_world
+from robocoach_world.world.evaluate import imagined_twin
 
 log = logging.getLogger("robocoach.judge")
 
@@ -274,7 +278,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quantile", type=float, default=0.9, help="deadline calibration quantile")
     parser.add_argument("--margin", type=float, default=1.5, help="deadline = margin x quantile")
     parser.add_argument(
-        "--out", type=Path, default=None, help="JSON report (default <judge>/evaluation.json)"
+        "--world",
+        type=Path,
+        default=None,
+        help="CoachWorld checkpoint: judge its open-loop replay of each episode's actions, not the video",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON report (default <judge>/evaluation[_imagined].json)"
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -288,11 +298,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"calibrated deadlines on {len(demos)} successful episodes -> {deadlines_path}")
     deadlines = Deadlines.load(deadlines_path)
     verdict_config = deadlines.verdict_config(verdict_config)
-    results = evaluate_judge(judge, _episodes(args.stores), deadlines, verdict_config)
+    videos = _episodes(args.stores)
+    if args.world is not None:
+        world, _ = load_world(args.world, "cpu")
+        videos = [imagined_twin(world, v) for v in tqdm(videos, desc="imagined twins", unit="episode")]
+    results = evaluate_judge(judge, videos, deadlines, verdict_config)
     print(format_table(results))
-    out = args.out or args.judge / "evaluation.json"
+    out = args.out or args.judge / ("evaluation.json" if args.world is None else "evaluation_imagined.json")
     report = {
         "stores": [str(s) for s in args.stores],
+        "video": "real" if args.world is None else f"imagined by {args.world}",
         "verdict": asdict(verdict_config),
         "deadlines": asdict(deadlines),
         "results": results,

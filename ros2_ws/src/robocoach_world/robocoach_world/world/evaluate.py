@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,9 @@ import torch
 import tyro
 from torch.utils.data import DataLoader, Subset
 
-from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS
+from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS, pad, robot_id
 from robocoach_skills.constants import ROBOTS
+from robocoach_skills.data.episode import Episode
 from robocoach_world.world.artifacts import load_world
 from robocoach_world.world.data import WindowDataset, WindowSpec, select_episodes
 from robocoach_world.world.model import CoachWorld
@@ -100,6 +101,26 @@ def strip(model: CoachWorld, windows: Subset, n: int, columns: int, seed: int = 
         rows.append(np.concatenate(batch["future_images"][i, cols].numpy(), axis=1))
         rows.append(np.concatenate(frames[i, cols].cpu().numpy(), axis=1))
     return np.concatenate(rows, axis=0)
+
+
+@torch.no_grad()
+def imagined_twin(model: CoachWorld, episode: Episode, seed: int = 0) -> Episode:
+    """`episode` with its video replaced by CoachWorld's open-loop rollout of the episode's own actions
+    from its first frame: imagined video that keeps the simulator's labels of what those actions did.
+
+    This is how the judge is measured on imagined video: where the world model is faithful, the
+    labels fit the imagined frames; where it is not, the judge's score drops with it.
+    """
+    robot = episode.composition.robot
+    ids = torch.tensor([robot_id(robot)])
+    proprio = torch.as_tensor(pad(robot, episode.proprio[:1].astype(np.float32)))[None]  # (1, 1, 8)
+    state = model.observe(torch.as_tensor(episode.images[:1])[None], proprio, ids)
+    images = episode.images[:1]
+    if len(episode) > 1:  # frame t + 1 follows action t
+        actions = torch.as_tensor(pad(robot, episode.actions[:-1].astype(np.float32)))[None]
+        _, frames, _ = model.imagine(state, actions, ids, torch.Generator().manual_seed(seed))
+        images = np.concatenate([images, frames[0].cpu().numpy()])
+    return replace(episode, images=images)
 
 
 @torch.no_grad()
