@@ -107,7 +107,8 @@ def running_nodes(
     node_names: Callable[[], list[str]],
     timeout_s: float = START_TIMEOUT_S,
 ) -> Iterator[dict[str, RunningNode]]:
-    """Start every node of `specs` in order, each discoverable (in `node_names()`) before the next.
+    """Start every node of `specs` at once, as `ros2 launch` does, and wait until each is discoverable
+    (in `node_names()`): the nodes wait for the servers they need, so no start order is required.
 
     Logs go to `log_dir`/<node>.log; all processes are stopped, in reverse order, when the block ends.
     """
@@ -119,9 +120,9 @@ def running_nodes(
             log = open(log_path, "w")  # noqa: SIM115 (closed in the finally below)
             command = [str(node_executable(spec.package, spec.executable))]
             command += parameter_args(spec.parameters, spec.name)
-            process = start_process(command, log)
-            running[spec.name] = RunningNode(spec.name, process, log_path, log)
-            wait_until_up(process, lambda n=spec.name: n in node_names(), spec.name, log_path, timeout_s)
+            running[spec.name] = RunningNode(spec.name, start_process(command, log), log_path, log)
+        for name, node in running.items():
+            wait_until_up(node.process, lambda n=name: n in node_names(), name, node.log_path, timeout_s)
         yield running
     finally:
         for node in reversed(running.values()):
