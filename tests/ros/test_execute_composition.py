@@ -1,11 +1,15 @@
 """ExecuteTask from another process drives the sim robot to complete a composition with a well-trained expert.
 
 "Well-trained" here means trained on demos from the very initial state the goal starts from: the
-bootstrap experts do not succeed yet (docs/bootstrap.md), and this test is about the executor, not
-about generalisation. The composition is the first subtask of `two_buttons` (press the red button),
+bootstrap experts do not generalise yet (docs/bootstrap.md), and this test is about the executor, not
+about generalisation. The composition is the first subtask of `close_then_push` (close the drawer),
 reset through the sim's ResetScene to the demos' initial state; subtasks switch by the expert's done
-head. The executor's SUCCESS is what its detector confirmed; the press itself is checked on the sim
-node's privileged ground-truth topic.
+head. The executor's SUCCESS is what its detector confirmed; that the drawer really closed is checked
+on the sim node's privileged ground-truth topic.
+
+Closing the drawer rather than pressing a button: a 4-demo press expert's done head fires one or two
+steps before the button latches (probabilities 0.57-0.65 before, 0.71-0.76 after; measured
+2026-12-01), so the test would measure that expert's done head, not the executor.
 """
 
 from __future__ import annotations
@@ -26,15 +30,15 @@ from ros_harness import running_node, send_goal, spin_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
-ROBOT, TASK, SEED = "piper", "two_buttons", 1
+ROBOT, TASK, SEED = "piper", "close_then_push", 1
 DEMOS, TRAIN_STEPS = 4, 600
 TIMEOUT_S = 60.0
 STATUS_SUCCEEDED = 4
 
 
 @pytest.fixture(scope="module")
-def press_experts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("press_expert")
+def close_experts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("close_expert")
     return train_scripted_experts(
         root, ROBOT, TASK, subtasks=[0], demos_per_subtask=DEMOS, steps=TRAIN_STEPS, seed=SEED
     )
@@ -42,18 +46,19 @@ def press_experts(tmp_path_factory):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known failure, issue 4 open: the expert's done head confirms the press at progress 0.43-0.65 "
-    "(touching the cap, before it latches), also with whole-chunk execution and with a perception prior "
-    "(2026-11-30); see docs/bootstrap.md",
+    reason="known failure, issue 4 open: through the ROS graph the drawer does not move (ground-truth "
+    "progress 0.00 throughout) and the done head confirms after ~60 steps at p=0.51; the same expert "
+    "in-process (router on SimScene, also with 1-2 steps of image lag) closes it in 62 steps "
+    "(2026-12-01). The press version stalled the same way. Something in the executor/driver path differs.",
 )
-def test_execute_task_completes_the_press_and_streams_feedback(ros_probe, press_experts):
+def test_execute_task_completes_the_subtask_and_streams_feedback(ros_probe, close_experts):
     composition = get_composition(ROBOT, TASK)
     first = Composition(TASK, ROBOT, composition.subtasks[:1])  # the name selects the reset's initial state
     with (
         running_node(ros_probe, "robocoach_skills", "sim_robot", "sim_robot", parameters={"robot": ROBOT}) as sim,  # noqa: E501
         running_node(
             ros_probe, "robocoach_skills", "skill_executor", "skill_executor",
-            parameters={"robot": ROBOT, "experts_dir": str(press_experts), "detector": "done_head"},
+            parameters={"robot": ROBOT, "experts_dir": str(close_experts), "detector": "done_head"},
         ) as executor,
     ):  # fmt: skip
         truth: list[dict] = []
@@ -76,6 +81,6 @@ def test_execute_task_completes_the_press_and_streams_feedback(ros_probe, press_
     assert answer.status == STATUS_SUCCEEDED, executor.log()
     assert answer.result.outcome == "SUCCESS" and answer.result.success, answer.result.message
     assert answer.result.subtasks[0].completed and answer.result.first_failed_index == -1
-    assert feedback and {f.current_skill for f in feedback} == {"press_button"}
+    assert feedback and {f.current_skill for f in feedback} == {"close_drawer"}
     assert truth[-1]["composition"] == TASK and truth[-1]["seed"] == SEED
-    assert truth[-1]["active_subtask"] == 0 and truth[-1]["success"], (truth[-1], sim_log)  # pressed
+    assert truth[-1]["active_subtask"] == 0 and truth[-1]["success"], (truth[-1], sim_log)  # closed
