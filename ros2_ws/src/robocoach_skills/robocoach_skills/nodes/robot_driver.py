@@ -143,10 +143,11 @@ class RobotDriver(Node):
             self._camera_pub = self.create_publisher(Image, TOPIC_CAMERA, qos_profile_sensor_data)
             self.create_timer(1.0 / camera_rate, self._publish_camera)
         self._report_health()
+        checked = "clipped" if self.command_check is CommandCheck.CLIP else "refused"
         self.get_logger().info(
             f"{self.robot!r} connected: policy {policy_rate} Hz, joint states {joint_state_rate} Hz, "
             + (f"camera {camera_rate} Hz" if has_camera else "no camera (its own driver publishes it)")
-            + f", commands {self.command_check.value}ed at the limits, hold after {self.command_timeout_s} s"
+            + f", commands {checked} at the limits, hold after {self.command_timeout_s} s"
         )
 
     # ------------------------------------------------------------------ specialisation hooks
