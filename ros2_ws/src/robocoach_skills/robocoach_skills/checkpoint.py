@@ -30,6 +30,8 @@ import safetensors.torch
 import torch
 from safetensors import SafetensorError
 
+from robocoach_skills.durable import fsync_dir, write_durable
+
 FORMAT_VERSION = 1  # bump when the layout or the reserved meta fields change incompatibly
 WEIGHTS_FILE = "weights.safetensors"
 META_FILE = "meta.json"
@@ -127,15 +129,12 @@ def write_atomically(directory: Path, files: Mapping[str, bytes]) -> Path:
     tmp.mkdir()
     try:
         for name, data in files.items():
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_durable(tmp / name, data)
         os.rename(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(directory.parent)  # make the rename itself durable
+    fsync_dir(directory.parent)  # make the rename itself durable
     return directory
 
 
@@ -144,24 +143,13 @@ def replace_file_atomically(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_durable(tmp, data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def json_bytes(obj: Any) -> bytes:

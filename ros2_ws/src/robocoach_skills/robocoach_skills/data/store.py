@@ -39,6 +39,7 @@ import numpy as np
 
 from robocoach_skills.composition import Composition
 from robocoach_skills.data.episode import Episode
+from robocoach_skills.durable import fsync_dir, write_durable
 
 FORMAT_VERSION = 1  # bump when a reader of the previous version would misread the new layout
 
@@ -188,22 +189,6 @@ def _meta_dict(episode: Episode) -> dict:
     }
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename or file creation inside `path` durable (the directory entry itself is data)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 class EpisodeStore:
     """A directory of episodes. Safe for concurrent writers and readers in separate processes.
 
@@ -236,7 +221,7 @@ class EpisodeStore:
         for sub in (EPISODES_DIR, IDS_DIR):
             (root / sub).mkdir(parents=True, exist_ok=True)
         tmp = root / f"{TMP_PREFIX}{uuid.uuid4().hex}.json"
-        _write_durable(tmp, json.dumps(info.to_dict(), indent=2).encode())
+        write_durable(tmp, json.dumps(info.to_dict(), indent=2).encode())
         try:
             os.link(tmp, root / INFO_FILE)
         except FileExistsError:
@@ -244,7 +229,7 @@ class EpisodeStore:
                 raise FileExistsError(f"an episode store already exists at {root}") from None
         finally:
             tmp.unlink()
-        _fsync_dir(root)
+        fsync_dir(root)
         store = cls(root)
         if store.info != info:
             raise ValueError(f"the episode store at {root} has {store.info}, not the requested {info}")
@@ -265,14 +250,14 @@ class EpisodeStore:
                 f.flush()
                 os.fsync(f.fileno())
             meta["sha256"] = hashlib.sha256((tmp / DATA_FILE).read_bytes()).hexdigest()
-            _write_durable(tmp / META_FILE, json.dumps(meta, indent=2).encode())
-            _fsync_dir(tmp)
+            write_durable(tmp / META_FILE, json.dumps(meta, indent=2).encode())
+            fsync_dir(tmp)
             episode_id = self._reserve_id()
             os.rename(tmp, self._episode_dir(episode_id))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _fsync_dir(self.root / EPISODES_DIR)
+        fsync_dir(self.root / EPISODES_DIR)
         return episode_id
 
     def delete(self, episode_id: str) -> None:
@@ -282,7 +267,7 @@ class EpisodeStore:
             os.rename(self._episode_dir(episode_id), trash)
         except FileNotFoundError:
             raise EpisodeNotFoundError(f"no episode {episode_id!r} in {self.root}") from None
-        _fsync_dir(self.root / EPISODES_DIR)
+        fsync_dir(self.root / EPISODES_DIR)
         shutil.rmtree(trash)
 
     def recover(self, min_age_s: float = 3600.0) -> list[Path]:
@@ -410,7 +395,7 @@ class EpisodeStore:
             except FileExistsError:
                 index += 1
                 continue
-            _fsync_dir(ids_dir)
+            fsync_dir(ids_dir)
             return episode_id
 
     def _checked_arrays(self, episode: Episode) -> dict[str, np.ndarray]:
