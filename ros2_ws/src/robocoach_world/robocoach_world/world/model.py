@@ -240,8 +240,7 @@ class CoachWorld(nn.Module):
         """
         k = hs.shape[1]
         # Step by step: the skips are shared, and copying them K times costs more than the convolutions.
-        reduced = frame_dtype is not None
-        with torch.autocast(hs.device.type, dtype=frame_dtype or torch.bfloat16, enabled=reduced):
+        with torch.autocast(hs.device.type, dtype=frame_dtype, enabled=frame_dtype is not None):
             frames = torch.stack(
                 [self.decoder(hs[:, j], state.context, state.skips) for j in range(k)], dim=1
             ).float()
