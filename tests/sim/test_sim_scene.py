@@ -93,6 +93,40 @@ def test_step_clips_to_position_and_velocity_limits(scene):
     assert np.all(scene.data.ctrl[scene._arm_act] <= arm.upper_array)
 
 
+def _moving_action(scene: SimScene) -> np.ndarray:
+    """A command well inside the limits that moves every joint and closes the gripper."""
+    return np.append(scene.joint_positions() + 0.3 * scene.arm.velocity_array * scene.dt, 0.0)
+
+
+def test_a_driver_clock_running_the_physics_in_slices_matches_a_lockstep_step(scene):
+    """`command` + `run` in uneven slices is `apply_action`, bit for bit: the sim_robot node's physics
+    clock simulates what the in-process loops the experts were trained in simulate."""
+    composition = training_compositions(scene.config.robot)[0]
+    scene.reset(composition, seed=3)
+    action = _moving_action(scene)
+    scene.apply_action(action)
+    lockstep = scene.data.qpos.copy()
+    scene.reset(composition, seed=3)
+    scene.command(action)
+    for steps in (1, 7, 3, scene.config.substeps - 11):  # slices across the ramp's pieces
+        scene.run(steps)
+    np.testing.assert_array_equal(scene.data.qpos, lockstep)
+    assert scene.steps == 1  # one command
+
+
+def test_a_command_mid_ramp_ramps_on_from_where_the_targets_are(scene):
+    scene.reset(training_compositions(scene.config.robot)[0], seed=0)
+    start = scene.joint_targets()[:-1]
+    scene.command(_moving_action(scene))
+    scene.run(scene.config.substeps // 2)
+    midway = scene.data.ctrl[scene._arm_act].copy()
+    assert np.all(midway != start)
+    scene.command(np.append(start, 1.0))  # back to where it started
+    scene.run(1)
+    first_piece = scene.data.ctrl[scene._arm_act]  # no jump back to `start`: the first of the pieces
+    np.testing.assert_allclose(first_piece, midway + (start - midway) / scene.config.interpolation_chunks)
+
+
 def test_holding_still_keeps_the_arm_still(scene):
     scene.reset(training_compositions(scene.config.robot)[0], seed=0)
     scene.hold()

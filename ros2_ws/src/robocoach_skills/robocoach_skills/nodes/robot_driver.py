@@ -5,8 +5,11 @@ TOPIC_JOINT_STATES (arm joints + "gripper"), the camera `sensor_msgs/Image` on T
 backend observes images (the sim; a real arm's camera has its own driver publishing TOPIC_CAMERA),
 and it follows `sensor_msgs/JointState` commands on TOPIC_JOINT_COMMAND.
 
-Every policy period the latest command goes through `Robot.send_action`, so the interface clips it
-(position and velocity limits) and refuses malformed ones (wrong length, NaN). A refused command is
+A command goes through `Robot.send_action` as soon as it arrives, so the interface clips it (position
+and velocity limits) and refuses malformed ones (wrong length, NaN). Waiting for the next control tick
+instead would delay it by up to a policy period, and a second command within that period would
+replace it unseen. When no newer command has come for a policy period, the latest one is sent again:
+a clipped command goes on toward its target, one period's velocity limit at a time. A refused command is
 logged with its reason and the arm holds. Commands older than `command_timeout_s` are dropped and the
 arm holds: a crashed executor must not leave the arm chasing a stale target. A command without the
 gripper channel keeps the last gripper command. With `command_check: refuse` a command that would
@@ -125,6 +128,7 @@ class RobotDriver(Node):
         self.joint_names = (*self.arm.joint_names, GRIPPER_JOINT)
         self._command: np.ndarray | None = None  # latest command (joints + gripper); None = holding
         self._command_time = 0.0  # monotonic arrival time of `_command` [s]
+        self._sent_time = 0.0  # monotonic time `_command` last went to the robot [s]
         self.refused = 0
         self._status: tuple[str, str] | None = None  # last published (level, message)
 
@@ -159,9 +163,6 @@ class RobotDriver(Node):
         """Joint positions [rad] + gripper opening [0..1] for the joint-state topic."""
         return self.robot.observe()[OBS_PROPRIO]
 
-    def idle_tick(self) -> None:
-        """Called each policy period while no command is followed; a real arm holds by itself."""
-
     # ------------------------------------------------------------------ commands
     def _on_command(self, msg: JointState) -> None:
         try:
@@ -179,21 +180,25 @@ class RobotDriver(Node):
             if reason is not None:
                 return self._refuse(reason)
         self._command, self._command_time = command, time.monotonic()
+        self._follow()
 
     def _control_tick(self) -> None:
         self._report_health()
-        if self._command is not None and time.monotonic() - self._command_time > self.command_timeout_s:
+        now = time.monotonic()
+        if self._command is not None and now - self._command_time > self.command_timeout_s:
             self.get_logger().warning(f"no joint command for {self.command_timeout_s} s; holding position")
             self._hold()
-        if self._command is None:
-            self.idle_tick()
-            return
+        if self._command is not None and now - self._sent_time >= self.robot.dt:
+            self._follow()
+
+    def _follow(self) -> None:
+        """Send the latest command to the robot (refused: hold)."""
         try:
             applied = self.robot.send_action(self._command)
         except (ValueError, RobotError) as error:
             self._refuse(str(error))
             return
-        self._gripper_command = float(applied[-1])
+        self._gripper_command, self._sent_time = float(applied[-1]), time.monotonic()
 
     def _refuse(self, reason: str) -> None:
         self.refused += 1

@@ -1,15 +1,18 @@
 """`sim_robot` node: the `robot_driver` over the MuJoCo `sim` backend, plus what only a simulation has.
 
 Everything topic-facing (rates, command handling, hold, e-stop, status) is `RobotDriver`'s. Added
-here: reset-with-seed (ResetScene), physics that keeps stepping while no command is followed (a
-simulated arm's time passes only when the scene steps), joint states read from the scene without
-rendering (`observe()` renders the camera, too slow at the joint-state rate), and by default
-`command_check: refuse`, so a policy run in the sim shows when it leans on clipping.
+here: reset-with-seed (ResetScene); the physics clock, a timer that runs the scene at wall-clock
+speed while commands only retarget its servos (`SimRobotConfig.lockstep` off), so the simulated arm
+moves between and during commands as a real one does, and a command takes effect when it arrives;
+joint states read from the scene without rendering (`observe()` renders the camera, too slow at the
+joint-state rate); and by default `command_check: refuse`, so a policy run in the sim shows when it
+leans on clipping.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -31,6 +34,10 @@ class SimRobotNode(RobotDriver):
 
     def __init__(self) -> None:
         super().__init__("sim_robot", backend="sim")
+        physics_rate = self.declare_parameter("physics_rate_hz", 100.0).value  # physics clock ticks [Hz]
+        self._physics_dt = self.robot.scene.config.physics_dt  # [s]
+        self._physics_time = time.monotonic()  # wall time the physics has run to [s]
+        self.create_timer(1.0 / physics_rate, self._physics_tick)
         self.create_service(ResetScene, SERVICE_RESET_SCENE, self._on_reset)
         # Privileged ground truth, for evaluation and tests only: no policy or judge subscribes to it.
         self._truth_pub = self.create_publisher(String, "~/ground_truth", 10)
@@ -46,6 +53,7 @@ class SimRobotNode(RobotDriver):
             "image_size": declare("image_size", 64).value,  # camera image edge [px]
             "composition": declare("composition", "").value,  # initial scene; "" = the first training task
             "seed": declare("seed", 0).value,  # initial-state seed of that scene
+            "lockstep": False,  # the physics clock below runs the scene
             **options,
         }
 
@@ -53,9 +61,17 @@ class SimRobotNode(RobotDriver):
         scene = self.robot.scene
         return np.append(scene.joint_positions(), scene.gripper_opening())
 
-    def idle_tick(self) -> None:
-        scene = self.robot.scene
-        scene.apply_action(scene.joint_targets())
+    def _physics_tick(self) -> None:
+        """Run the physics up to now. A node that fell behind (a slow render, a loaded machine) runs at
+        most one policy period per tick: the scene then runs slower than the wall clock rather than jump."""
+        now, most = time.monotonic(), self.robot.scene.config.substeps
+        steps = int((now - self._physics_time) / self._physics_dt)
+        if steps > most:
+            steps, self._physics_time = most, now
+        else:
+            self._physics_time += steps * self._physics_dt
+        if steps:
+            self.robot.advance(steps)
 
     def _publish_truth(self) -> None:
         """JSON: composition, active subtask and its ground-truth progress and success."""
@@ -76,6 +92,7 @@ class SimRobotNode(RobotDriver):
             return response
         self._command = None
         self.robot.reset_for_subtask(composition, 0, int(request.seed))
+        self._physics_time = time.monotonic()  # the reset's own settling is not time to catch up on
         response.region = initial_region(composition, int(request.seed))
         self.get_logger().info(
             f"scene reset to {composition.name!r}, seed {request.seed} ({response.region} region)"

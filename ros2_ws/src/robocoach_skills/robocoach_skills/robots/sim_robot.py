@@ -30,6 +30,9 @@ class SimRobotConfig:
     policy_hz: float = 10.0  # action rate [Hz]; the velocity limit is applied over 1/policy_hz
     composition: str = ""  # task the scene is reset to at connect; "" = the first training task
     seed: int = 0  # initial-state seed of that reset
+    # True: send_action runs the physics through one policy period (in-process loops). False: it only
+    # retargets the servos and `advance` runs the physics, on the caller's clock (the sim_robot node).
+    lockstep: bool = True
 
     def __post_init__(self) -> None:
         if self.robot not in ROBOTS:
@@ -81,7 +84,15 @@ class SimRobot(Robot):
         return self.scene.joint_positions()
 
     def _apply_action(self, applied: np.ndarray) -> None:
-        self.scene.apply_action(applied)
+        if self.config.lockstep:
+            self.scene.apply_action(applied)
+        else:
+            self.scene.command(applied)
+
+    def advance(self, physics_steps: int) -> None:
+        """Let `physics_steps` physics steps of time pass (without lockstep, nothing else moves the arm)."""
+        self._require_connected()
+        self.scene.run(physics_steps)
 
     def _hold(self) -> None:
         self.scene.hold()

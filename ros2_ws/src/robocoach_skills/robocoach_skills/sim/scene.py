@@ -110,8 +110,12 @@ class SimScene:
         self.seed: int | None = None
         self.active_subtask = 0
         self.steps = 0
-        self._targets = np.array(self.arm.home, dtype=np.float64)
         self._gripper_command = 1.0
+        self._set_targets(np.array(self.arm.home, dtype=np.float64))
+        ramp_sizes = [
+            len(c) for c in np.array_split(np.arange(self.config.substeps), self.config.interpolation_chunks)
+        ]
+        self._ramp_bounds = np.cumsum(ramp_sizes)  # physics step at which each ramp piece ends
         self._press_count = dict.fromkeys(BUTTONS, 0)
         self._pressed = dict.fromkeys(BUTTONS, False)
         self._subtask_refs: dict[int, dict] = {}
@@ -190,9 +194,8 @@ class SimScene:
             d.qpos[adr : adr + 3] = (x, y, support + dims.cube_half + SPAWN_LIFT)
             d.qpos[adr + 3 : adr + 7] = _yaw_quat(yaw)
         d.qpos[self._drawer_qpos] = state.drawer_opening
-        self._targets = q.copy()
         self._gripper_command = 1.0
-        self._write_ctrl(self._targets)
+        self._set_targets(q.copy())
         mujoco.mj_forward(m, d)
         settle_steps = round(self.config.settle_time / self.config.physics_dt)
         if settle_steps:
@@ -210,8 +213,16 @@ class SimScene:
         self.data.ctrl[self._arm_act] = arm_targets
         self.data.ctrl[self._grip_act] = self._gripper_command * self.arm.gripper.stroke / 2
 
-    def apply_action(self, action) -> np.ndarray:
-        """Step the physics through one policy period; returns the action actually applied (clipped)."""
+    def _set_targets(self, q: np.ndarray) -> None:
+        """Hold the servos at `q` from now on (no ramp)."""
+        self._targets = self._ramp_start = q
+        self._ramp_step = self.config.substeps
+        self._write_ctrl(q)
+
+    def command(self, action) -> np.ndarray:
+        """Start ramping the servo targets to `action` over one policy period; returns the action applied
+        (clipped). The physics does not move until `run`: a driver's clock calls it (`apply_action` below
+        is the lockstep version). A command that arrives mid-ramp ramps on from where the targets are."""
         a = np.asarray(action, dtype=np.float64).reshape(-1)
         if a.size != self.action_dim:
             raise ValueError(
@@ -223,15 +234,31 @@ class SimScene:
                 f"action has non-finite values at indices {np.flatnonzero(~np.isfinite(a)).tolist()}"
             )
         applied = clip_joint_command(self.arm, a, self.joint_positions(), self.dt)
-        start, end = self._targets.copy(), applied[: self.n_joints]
+        ramping = self._ramp_step < self.config.substeps
+        self._ramp_start = self.data.ctrl[self._arm_act].copy() if ramping else self._targets.copy()
+        self._targets, self._ramp_step = applied[: self.n_joints], 0
         self._gripper_command = float(applied[-1])
-        chunks = self.config.interpolation_chunks
-        for k, nstep in enumerate(np.array_split(np.arange(self.config.substeps), chunks)):
-            self._write_ctrl(start + (end - start) * (k + 1) / chunks)
-            mujoco.mj_step(self.model, self.data, nstep=len(nstep))
-            self._update_buttons()
-        self._targets = end
         self.steps += 1
+        return applied
+
+    def run(self, physics_steps: int) -> None:
+        """Advance the physics `physics_steps` steps, the servo targets following the current ramp in
+        `interpolation_chunks` pieces (then holding its end)."""
+        start, end, last = self._ramp_start, self._targets, self.config.interpolation_chunks - 1
+        while physics_steps > 0:
+            piece = min(int(np.searchsorted(self._ramp_bounds, self._ramp_step, side="right")), last)
+            ramp_left = self._ramp_bounds[piece] - self._ramp_step
+            n = min(physics_steps, ramp_left) if ramp_left > 0 else physics_steps
+            self._write_ctrl(start + (end - start) * (piece + 1) / (last + 1))
+            mujoco.mj_step(self.model, self.data, nstep=n)
+            self._update_buttons()
+            self._ramp_step += n
+            physics_steps -= n
+
+    def apply_action(self, action) -> np.ndarray:
+        """Step the physics through one policy period; returns the action actually applied (clipped)."""
+        applied = self.command(action)
+        self.run(self.config.substeps)
         return applied
 
     def step(self, action) -> dict:
@@ -241,8 +268,7 @@ class SimScene:
 
     def hold(self) -> None:
         """Make the current joint positions the servo targets (stop where the arm is)."""
-        self._targets = self.joint_positions()
-        self._write_ctrl(self._targets)
+        self._set_targets(self.joint_positions())
 
     def place_arm(self, q: np.ndarray, gripper_opening: float) -> None:
         """Teleport the arm to joint positions `q` and the fingers to an opening in [0, 1], unsimulated.
@@ -255,8 +281,7 @@ class SimScene:
         self.data.qpos[self._finger_qpos] = (
             float(np.clip(gripper_opening, 0.0, 1.0)) * self.arm.gripper.stroke / 2
         )
-        self._targets = q.copy()
-        self._write_ctrl(self._targets)
+        self._set_targets(q.copy())
         mujoco.mj_forward(self.model, self.data)
 
     def latch_button(self, button: str) -> None:
