@@ -10,8 +10,10 @@ frames) stop for `feedback_timeout_s`, that is a fault, and it latches as on eve
 reconnect. `connect` waits until the driver is heard and listens for commands, or fails naming the
 topic.
 
-The router drives it as its RobotEnv (`reset`/`step`): each step publishes one command and returns the
-first observation received after that policy tick.
+The router drives it as its RobotEnv (`reset`/`step`): each step publishes one command, waits for the
+next policy tick and returns measurements received after the command went out. A step that comes
+after its tick (slow inference, a loaded machine) restarts the schedule from then: making up for
+the lost time with a burst of commands would send targets the arm has no time to follow.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class RosRobot(Robot):
         self.node = node
         self.feedback_timeout_s, self.connect_timeout_s = feedback_timeout_s, connect_timeout_s
         self.last_command_time = 0.0  # monotonic time of the last published command (a watchdog's) [s]
+        self.late_ticks = 0  # policy ticks whose command went out after the tick's period had ended
         self._connected = False
         self._next_tick = 0.0  # monotonic time of the router's current policy tick [s]
         self._sensor = threading.Condition()
@@ -210,11 +213,16 @@ class RosRobot(Robot):
         return self.fresh_observation(after=self._next_tick)
 
     def step(self, action: np.ndarray) -> dict[str, np.ndarray]:
-        """Command `action`, wait for the next policy tick and return the observation received after it."""
+        """Command `action`, wait for the next policy tick and return the observation received after
+        the command."""
         self.send_action(action)
+        sent = self.last_command_time
         self._next_tick += self.dt
+        if self._next_tick < sent:  # this tick came too late: hold the command a whole period from now
+            self.late_ticks += 1
+            self._next_tick = sent + self.dt
         time.sleep(max(0.0, self._next_tick - time.monotonic()))
-        return self.fresh_observation(after=self._next_tick - self.dt)
+        return self.fresh_observation(after=sent)
 
     def fresh_observation(self, after: float) -> dict[str, np.ndarray]:
         """The newest measurements, each received after `after` (monotonic time); TimeoutError after
