@@ -109,7 +109,7 @@ class ExpertTrainingConfig:
     steps: int = 1500  # optimiser steps
     batch_size: int = 64  # samples per step, both arms mixed
     num_workers: int = 0  # DataLoader workers (0: load in the training process)
-    seed: int = 0  # data order
+    seed: int = 0  # model initialisation and data order
     expert: ExpertConfig = field(default_factory=ExpertConfig)  # model and optimiser
     # The perception prior trained into the backbone's keypoints before the demos are (None: none).
     perception: PerceptionConfig | None = field(default_factory=PerceptionConfig)
@@ -132,6 +132,7 @@ def train_bootstrap_experts(
         store, DatasetConfig(chunk_len=config.expert.chunk_len, kind="demo", success=True, pad_channels=True)
     )
     demos_per_skill = _demos_per_skill(store)
+    torch.manual_seed(config.seed)
     library = ExpertLibrary(config.expert, skills=sorted(demos_per_skill))
     metrics: dict[str, float] = {}
     frozen: list[torch.nn.Parameter] = []

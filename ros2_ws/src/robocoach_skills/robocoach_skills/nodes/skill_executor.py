@@ -101,6 +101,10 @@ class SkillExecutor(Node):
         ).value  # chunk steps executed per inference
         deadline_steps = declare("deadline_steps", 150).value  # where no deadline was calibrated [steps]
         detector = declare("detector", "done_head").value  # done_head, or judge: imagination's rule
+        done_threshold = declare("done_threshold", RouterConfig.done_threshold).value  # done_head: p(done)
+        done_patience = declare(
+            "done_patience", RouterConfig.done_patience
+        ).value  # done_head: steps above it
         judge_dir = declare("judge_dir", "").value  # the progress judge (with detector judge)
         torch.set_num_threads(declare("torch_threads", 1).value)  # 1 is fastest beside the sim on 2 cores
         if not experts_dir:
@@ -119,7 +123,13 @@ class SkillExecutor(Node):
             deadlines = judged.per_skill(robot, self.library.skills)
         self.router = Router(
             self.policy,
-            RouterConfig(detector=detector, deadline_steps=deadline_steps, skill_deadline_steps=deadlines),
+            RouterConfig(
+                detector=detector,
+                done_threshold=done_threshold,
+                done_patience=done_patience,
+                deadline_steps=deadline_steps,
+                skill_deadline_steps=deadlines,
+            ),
             detector_args,
         )
         self._goal_active = False
