@@ -7,6 +7,11 @@ reset through the sim's ResetScene to the demos' initial state; subtasks switch 
 head. The executor's SUCCESS is what its detector confirmed; that the drawer really closed is checked
 on the sim node's privileged ground-truth topic.
 
+The expert is trained for 1500 steps: after 600 its done head confirmed at ground-truth progress
+0.67, in-process as through ROS, and the drawer stalled at 0.76 (measured 2026-12-01). Experts this
+small vary with their seed (of three 1500-step experts, one stalled at 0.84 in-process): the
+fixture's is seeded, so it is the same expert on every run.
+
 Closing the drawer rather than pressing a button: a 4-demo press expert's done head fires one or two
 steps before the button latches (probabilities 0.57-0.65 before, 0.71-0.76 after; measured
 2026-12-01), so the test would measure that expert's done head, not the executor.
@@ -31,7 +36,13 @@ from ros_harness import running_node, send_goal, spin_until
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 ROBOT, TASK, SEED = "piper", "close_then_push", 1
-DEMOS, TRAIN_STEPS = 4, 600
+DEMOS, TRAIN_STEPS = 4, 1500  # 600 steps left the drawer at 0.76 progress in-process too
+# How the executor runs this expert (measured 2026-12-01 on seed 1, in-process, with the expert this
+# fixture trains): the done head crosses 0.5 within a step or two of the drawer closing, so the
+# detector waits 4 steps above it, not the default 2; and the expert re-plans every 4 steps, since
+# with whole 8-step chunks it stopped 1 mm short of closed (progress 0.99). Through ROS with these
+# settings it closed the drawer 4 times in 4.
+DONE_PATIENCE, N_ACTION_STEPS = 4, 4
 TIMEOUT_S = 60.0
 STATUS_SUCCEEDED = 4
 
@@ -44,13 +55,6 @@ def close_experts(tmp_path_factory):
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known failure, issue 4 open: through the ROS graph the drawer does not move (ground-truth "
-    "progress 0.00 throughout) and the done head confirms after ~60 steps at p=0.51; the same expert "
-    "in-process (router on SimScene, also with 1-2 steps of image lag) closes it in 62 steps "
-    "(2026-12-01). The press version stalled the same way. Something in the executor/driver path differs.",
-)
 def test_execute_task_completes_the_subtask_and_streams_feedback(ros_probe, close_experts):
     composition = get_composition(ROBOT, TASK)
     first = Composition(TASK, ROBOT, composition.subtasks[:1])  # the name selects the reset's initial state
@@ -58,7 +62,10 @@ def test_execute_task_completes_the_subtask_and_streams_feedback(ros_probe, clos
         running_node(ros_probe, "robocoach_skills", "sim_robot", "sim_robot", parameters={"robot": ROBOT}) as sim,  # noqa: E501
         running_node(
             ros_probe, "robocoach_skills", "skill_executor", "skill_executor",
-            parameters={"robot": ROBOT, "experts_dir": str(close_experts), "detector": "done_head"},
+            parameters={
+                "robot": ROBOT, "experts_dir": str(close_experts),
+                "detector": "done_head", "done_patience": DONE_PATIENCE, "n_action_steps": N_ACTION_STEPS,
+            },
         ) as executor,
     ):  # fmt: skip
         truth: list[dict] = []
