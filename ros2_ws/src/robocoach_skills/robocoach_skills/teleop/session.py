@@ -46,6 +46,7 @@ from robocoach_skills.constants import GRIPPER_JOINT, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.rosbag_export import export_mcap
 from robocoach_skills.data.store import EPISODE_PATH, TMP_PREFIX, EpisodeStore
+from robocoach_skills.durable import write_durable
 from robocoach_skills.robots.base import Robot, RobotError
 from robocoach_skills.robots.sim_robot import SimRobot
 from robocoach_skills.skills import validate_subtask
@@ -188,10 +189,7 @@ def take_marker(store_root: Path, target: DemoTarget, seed: int) -> Path:
     """Mark a take as in progress (see the module docstring); delete the file when the take ends."""
     path = store_root / f"{TAKE_MARKER_PREFIX}{uuid.uuid4().hex}.json"
     info = {"request_id": target.request.request_id, "subtask": str(target.request.subtask), "seed": seed}
-    with open(path, "w") as f:
-        json.dump(info | {"started": time.time(), "pid": os.getpid()}, f)
-        f.flush()
-        os.fsync(f.fileno())
+    write_durable(path, json.dumps(info | {"started": time.time(), "pid": os.getpid()}).encode())
     return path
 
 
