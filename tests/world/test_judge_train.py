@@ -7,6 +7,7 @@ error) than the best constant a learner without eyes could output (the mean trai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,19 +17,21 @@ import pytest
 import torch
 
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
+from robocoach_skills.experts.perception import PerceptionConfig
 from robocoach_skills.operator import OperatorConfig
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.judge.checkpoint import CHECKPOINT_DIR, DEADLINES_FILE, load_judge
 from robocoach_world.judge.data import SegmentConfig
 from robocoach_world.judge.evaluate import evaluate_judge
-from robocoach_world.judge.model import JudgeConfig
-from robocoach_world.judge.train import TrainConfig, load_episodes, split_episodes, train
+from robocoach_world.judge.model import JudgeConfig, ProgressJudge
+from robocoach_world.judge.train import TrainConfig, load_episodes, pretrain_encoder, split_episodes, train
 from robocoach_world.judge.verdict import calibrate_deadlines
 from robocoach_world.world.artifacts import save_world
 from robocoach_world.world.model import CoachWorld, WorldConfig
 
 SIZE = 32
 VAL_EVERY = 4
+TINY_JUDGE = JudgeConfig(image_size=SIZE, channels=(8, 16, 16), feature_dim=32, embed_dim=4, hidden_dim=32)
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +67,7 @@ def trained(corpus, tmp_path_factory):
         val_every=VAL_EVERY,
         device="cpu",
         show_progress=False,
-        judge=JudgeConfig(image_size=SIZE, channels=(8, 16, 16), feature_dim=32, embed_dim=4, hidden_dim=32),
+        judge=TINY_JUDGE,
         segments=SegmentConfig(shift_px=1),
     )
     judge, metrics = train(config)
@@ -163,3 +166,15 @@ def test_same_script_trains_under_torchrun_with_two_processes(corpus, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     _, _, meta = load_judge(out)
     assert meta["metrics"]["world_size"] == 2
+
+
+def test_the_landmark_prior_teaches_the_encoder_where_things_are():
+    """`pretrain_encoder` lowers the landmark error of the judge's features (a linear probe on them)."""
+    perception = PerceptionConfig(frames=48, poses_per_state=4, steps=150, batch_size=16, lr=3e-3)
+    errors = {}
+    for steps in (1, perception.steps):
+        torch.manual_seed(0)
+        judge = ProgressJudge(TINY_JUDGE)
+        config = dataclasses.replace(perception, steps=steps)
+        errors[steps] = pretrain_encoder(judge, ["franka"], config, progress=False)["perception/rmse_px_last"]
+    assert errors[perception.steps] < 0.6 * errors[1], errors

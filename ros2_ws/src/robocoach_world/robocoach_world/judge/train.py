@@ -5,7 +5,10 @@
 
 Every k-th episode (`val_every`) is held out for the validation curve. Loss: binary cross-entropy
 of the judged progress against the soft ground-truth progress, plus that of the done score against
-"progress reached 1", averaged over real frames. Writes
+"progress reached 1", averaged over real frames. With `--prior`, the frame encoder first learns
+where the landmarks (cubes, buttons, bin, pad, drawer handle, gripper) are and which lamps are lit,
+on robot-free renders of each arm's workspace: the experts' perception prior (`experts.perception`),
+so that a few hundred episodes teach progress, not vision (measured in docs/benchmarks.md). Writes
 `<out>/checkpoint` (see judge.checkpoint), `<out>/metrics.json` and `<out>/curves.png`.
 """
 
@@ -29,6 +32,12 @@ from robocoach_skills import measures
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
+from robocoach_skills.experts.perception import (
+    PerceptionConfig,
+    keypoint_coordinates,
+    landmark_loss,
+    render_landmark_frames,
+)
 from robocoach_world.judge.checkpoint import save_judge
 from robocoach_world.judge.data import (
     KEY_COND,
@@ -65,6 +74,9 @@ class TrainConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     segments: SegmentConfig = field(default_factory=SegmentConfig)
     verdict: VerdictConfig = field(default_factory=VerdictConfig)  # done rule saved with the judge
+    prior: bool = False  # learn the frame encoder's landmark prior first (see the module docstring)
+    perception: PerceptionConfig = field(default_factory=PerceptionConfig)  # that prior's renders and steps
+    freeze_encoder: bool = False  # with the prior: train only what reads the encoder's features
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_segments < 1 or self.val_every < 2:
@@ -129,6 +141,40 @@ def validate(
     }
 
 
+def pretrain_encoder(
+    judge: ProgressJudge, robots: list[str], config: PerceptionConfig, progress: bool = True
+) -> dict[str, float]:
+    """Teach the judge's frame encoder the landmarks' image positions and the lamps' states through a
+    linear probe on its features (discarded afterwards); returns metrics."""
+    size = judge.config.image_size
+    renders = [render_landmark_frames(robot, config, size, progress) for robot in robots]
+    device = next(judge.parameters()).device
+    images = torch.from_numpy(np.concatenate([r.images for r in renders]))  # (N, H, W, 3) uint8
+    # Targets in [-1, 1] across the frame, as the experts' keypoints (one "cell" per pixel).
+    target = torch.from_numpy(keypoint_coordinates(np.concatenate([r.pixels for r in renders]), size, size))
+    visible = torch.from_numpy(np.concatenate([r.visible for r in renders]))
+    lamps = torch.from_numpy(np.concatenate([r.lamps for r in renders]))
+    landmarks, n_lamps = target.shape[1], lamps.shape[1]
+    probe = torch.nn.Linear(judge.config.feature_dim, 2 * landmarks + n_lamps).to(device)
+    params = [*judge.encoder.parameters(), *probe.parameters()]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    losses = []
+    for _ in tqdm(range(config.steps), desc="judge perception prior", disable=not progress, leave=False):
+        rows = torch.randint(len(images), (config.batch_size,), generator=generator)
+        out = probe(judge.encoder(images[rows].to(device)))  # (B, 2K + lamps): all x, all y, lamp logits
+        landmark = landmark_loss(out[:, : 2 * landmarks], target[rows].to(device), visible[rows].to(device))
+        lamp = functional.binary_cross_entropy_with_logits(out[:, 2 * landmarks :], lamps[rows].to(device))
+        loss = landmark + config.lamp_weight * lamp
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(landmark.item())
+    window = max(1, config.steps // 10)
+    rmse = math.sqrt(float(np.mean(losses[-window:])))  # in [-1, 1] units; x (size - 1) / 2 for pixels
+    return {"perception/frames": float(len(images)), "perception/rmse_px_last": rmse * (size - 1) / 2}
+
+
 def plot_curves(history: dict[str, list[float]], path: Path) -> None:
     """Training loss per step and validation metrics per epoch, one PNG."""
     import matplotlib.pyplot as plt
@@ -157,12 +203,19 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
     train_eps, val_eps = split_episodes(load_episodes(config.stores), config.val_every)
     if not train_eps or not val_eps:
         raise ValueError(f"stores {config.stores} hold too few episodes to split 1 in {config.val_every}")
+    prior: dict[str, float] = {}
+    if config.prior and ctx.is_main:  # DDP starts every rank from rank 0's weights
+        robots = sorted({e.composition.robot for e in train_eps})
+        prior = pretrain_encoder(judge, robots, config.perception, config.show_progress)
     train_set = SegmentDataset(train_eps, judge, config.segments, seed=config.seed + ctx.rank)
     val_set = SegmentDataset(val_eps, judge, SegmentConfig(max_len=config.segments.max_len, augment=False))
     loader = ctx.train_loader(train_set, config.batch_segments, config.seed, collate_fn=collate_segments)
     val_loader = DataLoader(val_set, batch_size=config.batch_segments, collate_fn=collate_segments)
+    if config.prior and config.freeze_encoder:
+        judge.encoder.requires_grad_(False)
     model = ctx.wrap(judge)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     total = config.epochs * len(loader)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
@@ -188,6 +241,7 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
             history[key].append(value)
     bar.close()
     metrics = {
+        **prior,
         **{key: values[-1] for key, values in history.items()},
         "train_segments": len(train_set),
         "val_segments": len(val_set),
