@@ -206,6 +206,7 @@ class SkillExecutor(Node):
             return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
         self._goal_active = True
         self._goal_start = time.monotonic()
+        late_before = self.robot.late_ticks
         try:
             trial = self.router.run(self.robot, composition, goal_handle.request.initial_state_seed, monitor)
         except GoalCanceledError:
@@ -219,6 +220,11 @@ class SkillExecutor(Node):
             return self._finish(goal_handle, result, "ERROR", str(error), start, abort=True)
         finally:
             self._goal_active = False
+            if late := self.robot.late_ticks - late_before:
+                self.get_logger().warning(
+                    f"{late} policy ticks came late (inference or sensors slower than the policy rate); "
+                    "each restarted the schedule"
+                )
         self.robot.hold()
         result.subtasks = monitor.progress
         result.success = trial.outcome == OUTCOME_SUCCESS
