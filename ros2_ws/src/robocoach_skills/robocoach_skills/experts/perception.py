@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,24 +168,57 @@ def pretrain_vision(
         )
     device = select_device()
     backbone.to(device)
+    probe = nn.Linear(channels, len(BUTTONS)).to(device)  # lamp states from pooled features; discarded
+
+    def read(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keypoints, pooled = backbone.vision(images.permute(0, 3, 1, 2).float() / 255.0)
+        return keypoints, probe(pooled)
+
+    size = datasets[0].images.shape[1]
+    metrics, losses = train_landmark_probe(
+        read,
+        [*backbone.vision_parameters(), *probe.parameters()],
+        datasets,
+        backbone_feature_size(size, len(backbone.convs)),
+        config,
+        device,
+        desc="pretrain vision",
+        progress=progress,
+    )
+    return {f"vision/{key}": value for key, value in metrics.items()}, losses
+
+
+def train_landmark_probe(
+    read: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    params: Sequence[torch.Tensor],
+    datasets: Sequence[LandmarkFrames],
+    feature_size: int,
+    config: PerceptionConfig,
+    device: torch.device,
+    desc: str,
+    progress: bool = True,
+) -> tuple[dict[str, float], list[float]]:
+    """Train `params` so that `read` finds the landmarks and tells the lit lamps in `datasets`' renders.
+
+    `read` maps uint8 frames (B, H, W, 3) on `device` to (keypoints (B, 2C): all x, then all y, in
+    SpatialSoftArgmax coordinates over a `feature_size` grid; lamp logits (B, len(BUTTONS))). Any
+    encoder gets the prior this way: the experts' keypoints directly, the judge's features through a
+    linear probe. Returns metrics (landmark RMSE in pixels, lamp accuracy) and the per-step losses.
+    """
     images = torch.from_numpy(np.concatenate([d.images for d in datasets]))  # (N, H, W, 3) uint8
     size = images.shape[1]
-    feature = backbone_feature_size(size, len(backbone.convs))
     pixels = np.concatenate([d.pixels for d in datasets])
-    target = torch.from_numpy(keypoint_coordinates(pixels, size, feature))  # (N, K, 2)
+    target = torch.from_numpy(keypoint_coordinates(pixels, size, feature_size))  # (N, K, 2)
     visible = torch.from_numpy(np.concatenate([d.visible for d in datasets]))
     lamps = torch.from_numpy(np.concatenate([d.lamps for d in datasets]))
-    probe = nn.Linear(channels, len(BUTTONS)).to(device)  # lamp states from pooled features; discarded
-    params = [*backbone.vision_parameters(), *probe.parameters()]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     losses, landmark_losses, lamp_hits, start = [], [], [], time.perf_counter()
-    for _ in tqdm(range(config.steps), desc="pretrain vision", disable=not progress, leave=False):
+    for _ in tqdm(range(config.steps), desc=desc, disable=not progress, leave=False):
         rows = torch.randint(len(images), (config.batch_size,), generator=generator)
-        frames = images[rows].to(device).permute(0, 3, 1, 2).float() / 255.0  # (B, 3, H, W)
-        keypoints, pooled = backbone.vision(frames)
+        keypoints, lamp_logits = read(images[rows].to(device))
         landmark = landmark_loss(keypoints, target[rows].to(device), visible[rows].to(device))
-        lamp_logits, lit = probe(pooled), lamps[rows].to(device)
+        lit = lamps[rows].to(device)
         loss = landmark + config.lamp_weight * F.binary_cross_entropy_with_logits(lamp_logits, lit)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -196,17 +229,17 @@ def pretrain_vision(
     window = max(1, config.steps // 10)
     last = landmark_losses[-window:]
     # Root-mean-square landmark error in pixels: the keypoint frame spans (feature - 1) cells of `stride` px.
-    px_per_unit = size / feature * (feature - 1) / 2
+    px_per_unit = size / feature_size * (feature_size - 1) / 2
     metrics = {
-        "vision/steps": float(config.steps),
-        "vision/frames": float(len(images)),
-        "vision/seconds": time.perf_counter() - start,
-        "vision/loss_first": losses[0],
-        "vision/loss_last": float(np.mean(losses[-window:])),
-        "vision/landmark_loss_first": landmark_losses[0],
-        "vision/landmark_loss_last": float(np.mean(last)),
-        "vision/rmse_px_last": float(math.sqrt(np.mean(last))) * px_per_unit,
-        "vision/lamp_accuracy_last": float(np.mean(lamp_hits[-window:])),
+        "steps": float(config.steps),
+        "frames": float(len(images)),
+        "seconds": time.perf_counter() - start,
+        "loss_first": losses[0],
+        "loss_last": float(np.mean(losses[-window:])),
+        "landmark_loss_first": landmark_losses[0],
+        "landmark_loss_last": float(np.mean(last)),
+        "rmse_px_last": float(math.sqrt(np.mean(last))) * px_per_unit,
+        "lamp_accuracy_last": float(np.mean(lamp_hits[-window:])),
     }
     return metrics, losses
 

@@ -32,12 +32,7 @@ from robocoach_skills import measures
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
-from robocoach_skills.experts.perception import (
-    PerceptionConfig,
-    keypoint_coordinates,
-    landmark_loss,
-    render_landmark_frames,
-)
+from robocoach_skills.experts.perception import PerceptionConfig, render_landmark_frames, train_landmark_probe
 from robocoach_world.judge.checkpoint import save_judge
 from robocoach_world.judge.data import (
     KEY_COND,
@@ -149,30 +144,25 @@ def pretrain_encoder(
     size = judge.config.image_size
     renders = [render_landmark_frames(robot, config, size, progress) for robot in robots]
     device = next(judge.parameters()).device
-    images = torch.from_numpy(np.concatenate([r.images for r in renders]))  # (N, H, W, 3) uint8
-    # Targets in [-1, 1] across the frame, as the experts' keypoints (one "cell" per pixel).
-    target = torch.from_numpy(keypoint_coordinates(np.concatenate([r.pixels for r in renders]), size, size))
-    visible = torch.from_numpy(np.concatenate([r.visible for r in renders]))
-    lamps = torch.from_numpy(np.concatenate([r.lamps for r in renders]))
-    landmarks, n_lamps = target.shape[1], lamps.shape[1]
+    landmarks, n_lamps = renders[0].pixels.shape[1], renders[0].lamps.shape[1]
     probe = torch.nn.Linear(judge.config.feature_dim, 2 * landmarks + n_lamps).to(device)
-    params = [*judge.encoder.parameters(), *probe.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(config.seed)
-    losses = []
-    for _ in tqdm(range(config.steps), desc="judge perception prior", disable=not progress, leave=False):
-        rows = torch.randint(len(images), (config.batch_size,), generator=generator)
-        out = probe(judge.encoder(images[rows].to(device)))  # (B, 2K + lamps): all x, all y, lamp logits
-        landmark = landmark_loss(out[:, : 2 * landmarks], target[rows].to(device), visible[rows].to(device))
-        lamp = functional.binary_cross_entropy_with_logits(out[:, 2 * landmarks :], lamps[rows].to(device))
-        loss = landmark + config.lamp_weight * lamp
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(landmark.item())
-    window = max(1, config.steps // 10)
-    rmse = math.sqrt(float(np.mean(losses[-window:])))  # in [-1, 1] units; x (size - 1) / 2 for pixels
-    return {"perception/frames": float(len(images)), "perception/rmse_px_last": rmse * (size - 1) / 2}
+
+    def read(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = probe(judge.encoder(images))  # (B, 2K + lamps): all x, all y, lamp logits
+        return out[:, : 2 * landmarks], out[:, 2 * landmarks :]
+
+    # Targets in [-1, 1] across the frame, as the experts' keypoints (one "cell" per pixel).
+    metrics, _ = train_landmark_probe(
+        read,
+        [*judge.encoder.parameters(), *probe.parameters()],
+        renders,
+        size,
+        config,
+        device,
+        desc="judge perception prior",
+        progress=progress,
+    )
+    return {f"perception/{key}": value for key, value in metrics.items()}
 
 
 def plot_curves(history: dict[str, list[float]], path: Path) -> None:
