@@ -9,11 +9,13 @@ import pytest
 from robocoach_skills.measures import (
     budget_auc,
     failure_f1,
+    first_failure_agreement,
     mcnemar_exact,
     mmrv,
     paired_discordance,
     pearson,
     spearman,
+    subtask_completion,
     success_rate,
     switch_time_mae,
     wilson_interval,
@@ -89,3 +91,21 @@ def test_paired_discordance_counts_only_disagreements():
     assert paired_discordance([False, False], [True, False]) == (0, 1)
     with pytest.raises(ValueError, match="equally long"):
         paired_discordance([True], [True, False])
+
+
+def test_subtask_completion_by_hand():
+    # 3 subtasks; trials failed at subtask 0, 2, none, 1: completed 0, 2, 3, 1 of 3 -> 6 / 12
+    assert subtask_completion([0, 2, -1, 1], n_subtasks=3) == pytest.approx(0.5)
+    assert subtask_completion([-1, -1], n_subtasks=4) == 1.0
+    assert subtask_completion([0, 0, 0], n_subtasks=2) == 0.0
+    with pytest.raises(ValueError, match=r"-1\.\.1"):
+        subtask_completion([2], n_subtasks=2)
+    with pytest.raises(ValueError, match=">= 1 trial"):
+        subtask_completion([], n_subtasks=2)
+
+
+def test_first_failure_agreement_by_hand():
+    # same initial states: agree on the 1st (both 0), 3rd (both succeeded) and 4th; not the 2nd
+    assert first_failure_agreement([0, 1, -1, 2], [0, 0, -1, 2]) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="equally long"):
+        first_failure_agreement([0, 1], [0])

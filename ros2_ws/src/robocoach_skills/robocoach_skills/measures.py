@@ -6,6 +6,8 @@
 0.2667
 >>> round(budget_auc([0.1, 0.4, 0.6, 0.7]), 4)                    # (S0 + 2 S1 + 2 S2 + S3) / 6
 0.4667
+>>> subtask_completion([-1, 0, 1], n_subtasks=2)                   # (2 + 0 + 1) / 3 trials / 2
+0.5
 """
 
 from __future__ import annotations
@@ -69,6 +71,28 @@ def mmrv(real: Sequence[float], sim: Sequence[float]) -> float:
     wrong = (s[:, None] < s[None, :]) != (r[:, None] < r[None, :])  # (N, N)
     gaps = np.abs(r[:, None] - r[None, :]) * wrong  # (N, N)
     return float(gaps.max(axis=1).mean())
+
+
+def subtask_completion(first_failed: Sequence[int], n_subtasks: int) -> float:
+    """Mean fraction of a composition's subtasks completed before the first failure (-1: all of them).
+
+    Success rate's graded twin: where every trial fails the whole task, trials still differ in how far
+    they got, so imagined and deployed runs can be compared (fidelity) even at 0% success.
+    """
+    failed = np.asarray(first_failed, dtype=int)
+    if len(failed) == 0 or n_subtasks < 1:
+        raise ValueError(f"need >= 1 trial and >= 1 subtask, got {len(failed)} and {n_subtasks}")
+    if np.any((failed < -1) | (failed >= n_subtasks)):
+        raise ValueError(f"first failed indices must lie in -1..{n_subtasks - 1}, got {failed.tolist()}")
+    return float(np.mean(np.where(failed < 0, n_subtasks, failed)) / n_subtasks)
+
+
+def first_failure_agreement(reference: Sequence[int], other: Sequence[int]) -> float:
+    """Fraction of paired trials (same initial state) whose first failed subtask is the same (-1 = none)."""
+    a, b = (np.asarray(v, dtype=int) for v in (reference, other))
+    if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise ValueError(f"need two equally long, non-empty sequences, got shapes {a.shape} and {b.shape}")
+    return float(np.mean(a == b))
 
 
 def budget_auc(success_at_budgets: Sequence[float]) -> float:

@@ -22,7 +22,7 @@ from robocoach_bringup.stages.ridi_rounds import coach_state_dir, coached_expert
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
-from robocoach_skills.measures import budget_auc, wilson_interval
+from robocoach_skills.measures import budget_auc, first_failure_agreement, subtask_completion, wilson_interval
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
@@ -35,6 +35,9 @@ from robocoach_world.nodes.coach import STATE_FILE
 from robocoach_world.world.artifacts import load_world
 
 TORCH_THREADS = 1
+# fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure
+FIDELITY_LABELS = {"success": "success", "completion": "subtask completion"}
+FIDELITY_MEASURES = tuple(FIDELITY_LABELS)
 
 
 def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, dict[str, int]]]:
@@ -85,6 +88,9 @@ def evaluate_arm(
             )  # fmt: skip
             valid = [t.record for t in trials if t.record.valid]
             first_deployed = [t.ground_truth["first_failed"] for t in deployed.trials]
+            deployed_of_seed = dict(zip(seeds, first_deployed, strict=True))
+            n_subtasks = len(composition.subtasks)
+            first_imagined = [r.first_failed_index for r in valid]
             rows.append(
                 {
                     "robot": robot,
@@ -94,10 +100,14 @@ def evaluate_arm(
                     "deployed_success": deployed.success_rate,
                     "deployed_trials": len(deployed.trials),
                     "deployed_first_failed": first_deployed,
+                    "deployed_completion": subtask_completion(first_deployed, n_subtasks),
                     "imagined_success": (sum(r.success for r in valid) / len(valid)) if valid else None,
+                    "imagined_completion": subtask_completion(first_imagined, n_subtasks) if valid else None,
                     "imagined_valid": len(valid),
                     "imagined_trials": len(trials),
-                    "imagined_first_failed": [r.first_failed_index for r in valid],
+                    "imagined_first_failed": first_imagined,
+                    # the deployed first failure from each valid imagined trial's initial state
+                    "paired_deployed_first_failed": [deployed_of_seed[r.seed] for r in valid],
                 }
             )
     scene.close()
@@ -131,6 +141,7 @@ def run(config, results: dict) -> dict:
         "rows": rows,
         "seeds": arms[0]["seeds"] if arms else [],
         **summary,
+        "fidelity": plots["fidelity"],
         "plots": plots["files"],
         "markdown": _markdown(rows, summary, plots),
     }
@@ -163,22 +174,37 @@ def _summarize(rows: list[dict]) -> dict:
 
 
 def _plots(rows: list[dict], output: Path) -> dict:
-    files, fidelity = [], None
+    files = []
     for robot in sorted({r["robot"] for r in rows}):
         per_comp: dict[str, list[float]] = {}
         for r in sorted((r for r in rows if r["robot"] == robot), key=lambda r: r["budget"]):
             per_comp.setdefault(r["composition"], []).append(r["deployed_success"])
         files.append(plot_success_per_round(per_comp, output / f"success_{robot}.png").name)
-    pairs = [r for r in rows if r["imagined_success"] is not None]
-    key = lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}"  # noqa: E731
-    if len(pairs) >= 3:
-        fidelity = plot_imagined_vs_deployed(
-            {key(r): r["imagined_success"] for r in pairs},
-            {key(r): r["deployed_success"] for r in pairs},
-            output / "imagined_vs_deployed.png",
-        )
-        files.append(Path(fidelity["path"]).name)
+    fidelity = {}
+    for measure in FIDELITY_MEASURES:
+        stats = _fidelity(rows, measure, output / f"imagined_vs_deployed_{measure}.png")
+        if stats is not None:
+            fidelity[measure] = stats
+            files.append(Path(stats.pop("path")).name)
     return {"files": files, "fidelity": fidelity}
+
+
+def _fidelity(rows: list[dict], measure: str, path: Path) -> dict | None:
+    """Imagined vs deployed `measure` over the (composition, checkpoint) pairs imagination could judge,
+    and how often an imagined trial failed first where its initial state's deployed trial did."""
+    pairs = [r for r in rows if r[f"imagined_{measure}"] is not None]
+    if len(pairs) < 3:
+        return None
+    key = lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}"  # noqa: E731
+    stats = plot_imagined_vs_deployed(
+        {key(r): r[f"imagined_{measure}"] for r in pairs},
+        {key(r): r[f"deployed_{measure}"] for r in pairs},
+        path,
+        measure=FIDELITY_LABELS[measure],
+    )
+    deployed = [f for r in pairs for f in r["paired_deployed_first_failed"]]
+    imagined = [f for r in pairs for f in r["imagined_first_failed"]]
+    return {**stats, "first_failure_agreement": first_failure_agreement(deployed, imagined)}
 
 
 def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
@@ -186,12 +212,13 @@ def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
     for robot, arm in summary["per_arm"].items():
         for b, s, h in zip(arm["budgets"], arm["training_success"], arm["held_out_success"], strict=True):
             lines.append(f"| {robot} | {b} | {s:.0%} | {h:.0%} |")
-    fidelity = plots["fidelity"]
-    if fidelity:
+    for measure, fidelity in plots["fidelity"].items():
         lines += [
             "",
-            f"Imagined vs deployed over {fidelity['pairs']} (composition, checkpoint) pairs: Spearman "
-            f"{fidelity['spearman']:.3f}, Pearson {fidelity['pearson']:.3f}, MMRV {fidelity['mmrv']:.3f}.",
+            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {fidelity['pairs']} (composition, "
+            f"checkpoint) pairs: Spearman {fidelity['spearman']:.3f}, Pearson {fidelity['pearson']:.3f}, "
+            f"MMRV {fidelity['mmrv']:.3f}; the first failed subtask agrees with the deployed trial from "
+            f"the same initial state in {fidelity['first_failure_agreement']:.0%} of imagined trials.",
         ]
     lines += ["", " ".join(f"![{f}]({f})" for f in plots["files"])]
     return "\n".join(lines)

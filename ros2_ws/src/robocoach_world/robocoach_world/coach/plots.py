@@ -68,7 +68,11 @@ def plot_allocation_per_round(
 
 
 def plot_imagined_vs_deployed(
-    imagined: Mapping[str, float], deployed: Mapping[str, float], path: Path, config: PlotConfig | None = None
+    imagined: Mapping[str, float],
+    deployed: Mapping[str, float],
+    path: Path,
+    config: PlotConfig | None = None,
+    measure: str = "success",
 ) -> dict:
     """Scatter over the task-policy pairs both sides have; returns the measures and the path.
 
@@ -93,7 +97,7 @@ def plot_imagined_vs_deployed(
     ax.scatter(x, y, color="tab:blue")
     for name, xi, yi in zip(names, x, y, strict=True):
         ax.annotate(name, (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel="imagined success", ylabel="deployed success")
+    ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel=f"imagined {measure}", ylabel=f"deployed {measure}")
     ax.set_title(
         f"Spearman rho={stats['spearman']:.3f}  Pearson r={stats['pearson']:.3f}\n"
         f"MMRV={stats['mmrv']:.3f}  ({len(names)} task-policy pairs)",
