@@ -18,7 +18,13 @@ import robocoach_world.judge.detector  # noqa: F401  (registers the "judge" dete
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import OBS_IMAGE
 from robocoach_skills.router import Router, RouterConfig
-from robocoach_world.judge.evaluate import completion_frames, evaluate_judge, score_case
+from robocoach_world.judge.evaluate import (
+    calibrate,
+    calibrate_threshold,
+    completion_frames,
+    evaluate_judge,
+    score_case,
+)
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import (
     NEVER,
@@ -133,6 +139,31 @@ def test_deadlines_are_margin_times_quantile_of_judged_times_and_round_trip(tmp_
     assert deadlines.default == 11 and deadlines.of("piper", "pick") == 11  # ceil(1.5 x 7 frames)
     deadlines.save(tmp_path / "deadlines.json")
     assert Deadlines.load(tmp_path / "deadlines.json") == deadlines
+
+
+def test_threshold_calibration_counts_false_completions_on_failed_videos():
+    one = Composition("press", "franka", (Subtask("press_button", "red_button"),))
+
+    def video(done_score: float, success: bool) -> Labelled:
+        progress = np.array([0.2, 1.0, 1.0, 1.0] if success else [0.1, 0.5, 0.5, 0.5], dtype=np.float32)
+        trace = frames_for([0.1, done_score, done_score, done_score])
+        return Labelled(trace, one, FPS, np.zeros(4, dtype=np.int64), progress, success)
+
+    # Done scores (pixel / 255): 0.749 and 0.251 on two successes, 0.251 on two failures.
+    sure, faint = video(0.75, True), video(0.25, True)
+    failures = [video(0.25, False), video(0.25, False)]
+    # Successes alone: only 0.2 catches both completions (2 of 2); 0.3-0.7 catch one.
+    rule, scores = calibrate_threshold(PixelJudge(), [sure, faint], VerdictConfig())
+    assert rule.threshold == 0.2 and scores[0.2] == 1.0 and scores[0.3] == 0.5
+    # With the failures, 0.2 also calls both failed presses done: 2 hits of 2 true + 2 false = 0.5,
+    # no better than 0.3-0.7 (1 of 2); ties go to the higher threshold.
+    rule, scores = calibrate_threshold(PixelJudge(), [sure, faint, *failures], VerdictConfig())
+    assert scores[0.2] == 0.5 and scores[0.7] == 0.5 and scores[0.8] == 0.0 and rule.threshold == 0.7
+    # Deadlines come from the successes only; without any there is nothing to time.
+    deadlines = calibrate(PixelJudge(), [sure, faint, *failures], VerdictConfig(), quantile=0.5, margin=1.0)
+    assert deadlines.samples == {"franka": {"press_button": 1}}  # at 0.7 only `sure` is confirmed
+    with pytest.raises(ValueError, match="needs successful videos"):
+        calibrate(PixelJudge(), failures, VerdictConfig())
 
 
 def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():

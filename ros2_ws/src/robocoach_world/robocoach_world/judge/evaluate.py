@@ -4,8 +4,9 @@
         --calibration runs/corpus_calibration
     ... --world runs/world    # the same episodes as CoachWorld imagines them (`world.evaluate.imagined_twin`)
 
-Deadlines come from `<judge>/deadlines.json`; when it is missing they are calibrated on the
-successful episodes of `--calibration` and frozen there first. Measures, per group (all, each arm,
+Deadlines come from `<judge>/deadlines.json`; when it is missing, the done threshold is calibrated
+on the episodes of `--calibration` (failed ones penalise false completions) and the deadlines on its
+successful episodes, and both are frozen there first. Measures, per group (all, each arm,
 demos vs failure-injected rollouts):
   * outcome F1, failure as the positive class (judge says failed vs the simulator says failed);
   * Spearman rho of judged vs ground-truth progress: "online" over the frames where the judge's own
@@ -107,9 +108,12 @@ def calibrate_threshold(
 ) -> tuple[VerdictConfig, dict[float, float]]:
     """The done threshold under which the judge's switches best match the truth on held-out videos.
 
-    Score of a threshold: the share of ground-truth completions the judge detects within
-    `tolerance_s` of the true time (early and late detections both miss). Ties go to the higher
-    threshold. Returns (the rule with that threshold, threshold -> score).
+    Score of a threshold: ground-truth completions the judge detects within `tolerance_s` of the true
+    time (early and late detections both miss), over those completions plus the judge's false
+    completions (subtasks it calls done that never completed). Only failed videos can have false
+    completions; without them a low threshold that catches every completion early enough wins, and
+    the same judge then calls failed subtasks done. Ties go to the higher threshold. Returns (the
+    rule with that threshold, threshold -> score).
     """
     scores = {}
     for threshold in candidates:
@@ -120,7 +124,7 @@ def calibrate_threshold(
             for frame, judged, seconds in zip(
                 completion_frames(video), verdict.completed, verdict.switch_times, strict=True
             ):
-                total += frame >= 0
+                total += frame >= 0 or judged
                 hits += frame >= 0 and judged and abs(seconds - frame / video.fps) <= tolerance_s
         scores[threshold] = hits / max(total, 1)
     best = max(candidates, key=lambda t: (scores[t], t))
@@ -129,21 +133,24 @@ def calibrate_threshold(
 
 def calibrate(
     judge: ProgressJudge,
-    demos: Sequence[LabelledVideo],
+    videos: Sequence[LabelledVideo],
     base: VerdictConfig,
     quantile: float = 0.9,
     margin: float = 1.5,
 ) -> Deadlines:
-    """The done threshold, then the deadlines under it, both on held-out successful demos; freeze the
-    result with `.save(<judge>/deadlines.json)`."""
-    rule, scores = calibrate_threshold(judge, demos, base)
+    """The done threshold on held-out videos (successful and, if any, failed), then the deadlines under
+    it on the successful ones; freeze the result with `.save(<judge>/deadlines.json)`."""
+    rule, scores = calibrate_threshold(judge, videos, base)
     log.info(
-        "done threshold %s (switches within %s s of the truth: %s)",
+        "done threshold %s (score: switches within %s s of the truth over true + false ones: %s)",
         rule.threshold,
         SWITCH_TOLERANCE_S,
         scores,
     )
-    return calibrate_deadlines(judge, demos, quantile, margin, rule)
+    successes = [v for v in videos if v.success]
+    if not successes:
+        raise ValueError(f"deadline calibration needs successful videos; none of {len(videos)} succeeded")
+    return calibrate_deadlines(judge, successes, quantile, margin, rule)
 
 
 @torch.no_grad()
@@ -253,11 +260,11 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _episodes(stores: Sequence[Path], success_only: bool = False) -> list:
+def _episodes(stores: Sequence[Path]) -> list:
     out = []
     for root in stores:
         store = EpisodeStore(root)
-        out += [store.get(i) for i in store.ids(success=True if success_only else None)]
+        out += [store.get(i) for i in store.ids()]
     return out
 
 
@@ -293,9 +300,13 @@ def main(argv: list[str] | None = None) -> None:
     if not deadlines_path.exists():
         if not args.calibration:
             parser.error(f"{deadlines_path} does not exist: pass --calibration stores to calibrate it")
-        demos = _episodes(args.calibration, success_only=True)
-        calibrate(judge, demos, verdict_config, args.quantile, args.margin).save(deadlines_path)
-        print(f"calibrated deadlines on {len(demos)} successful episodes -> {deadlines_path}")
+        held_out = _episodes(args.calibration)
+        calibrate(judge, held_out, verdict_config, args.quantile, args.margin).save(deadlines_path)
+        n_ok = sum(v.success for v in held_out)
+        print(
+            f"calibrated the done threshold on {len(held_out)} episodes ({len(held_out) - n_ok} failed) "
+            f"and the deadlines on the {n_ok} successful ones -> {deadlines_path}"
+        )
     deadlines = Deadlines.load(deadlines_path)
     verdict_config = deadlines.verdict_config(verdict_config)
     videos = _episodes(args.stores)
