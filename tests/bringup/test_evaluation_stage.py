@@ -47,8 +47,8 @@ def test_fidelity_on_completion_is_defined_where_success_is_constant(tmp_path):
     assert completion["pairs"] == 3 and completion["spearman"] == pytest.approx(0.5)
     assert completion["mmrv"] == pytest.approx(mmrv(real=[0, 0.25, 0.5], sim=[0, 0.5, 0.25]))
     # (deployed, imagined) first failures of the 6 imagined trials: (0,0) (0,0) (1,1) (0,1) (1,1) (1,0)
-    assert completion["first_failure_agreement"] == pytest.approx(4 / 6)
+    assert plots["first_failure_agreement"] == pytest.approx(4 / 6)
     assert (tmp_path / "imagined_vs_deployed_completion.png").exists()
     text = _markdown(rows, _summarize(rows), plots)
     assert "subtask completion over 3 (composition, checkpoint) pairs: Spearman 0.500" in text
-    assert "in 67% of imagined trials" in text
+    assert "in 67% of valid imagined trials" in text

@@ -142,6 +142,7 @@ def run(config, results: dict) -> dict:
         "seeds": arms[0]["seeds"] if arms else [],
         **summary,
         "fidelity": plots["fidelity"],
+        "first_failure_agreement": plots["first_failure_agreement"],
         "plots": plots["files"],
         "markdown": _markdown(rows, summary, plots),
     }
@@ -186,25 +187,25 @@ def _plots(rows: list[dict], output: Path) -> dict:
         if stats is not None:
             fidelity[measure] = stats
             files.append(Path(stats.pop("path")).name)
-    return {"files": files, "fidelity": fidelity}
+    # how often an imagined trial failed first where its initial state's deployed trial did
+    deployed = [f for r in rows for f in r["paired_deployed_first_failed"]]
+    imagined = [f for r in rows for f in r["imagined_first_failed"]]
+    agreement = first_failure_agreement(deployed, imagined) if imagined else None
+    return {"files": files, "fidelity": fidelity, "first_failure_agreement": agreement}
 
 
 def _fidelity(rows: list[dict], measure: str, path: Path) -> dict | None:
-    """Imagined vs deployed `measure` over the (composition, checkpoint) pairs imagination could judge,
-    and how often an imagined trial failed first where its initial state's deployed trial did."""
+    """Imagined vs deployed `measure` over the (composition, checkpoint) pairs imagination could judge."""
     pairs = [r for r in rows if r[f"imagined_{measure}"] is not None]
     if len(pairs) < 3:
         return None
     key = lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}"  # noqa: E731
-    stats = plot_imagined_vs_deployed(
+    return plot_imagined_vs_deployed(
         {key(r): r[f"imagined_{measure}"] for r in pairs},
         {key(r): r[f"deployed_{measure}"] for r in pairs},
         path,
         measure=FIDELITY_LABELS[measure],
     )
-    deployed = [f for r in pairs for f in r["paired_deployed_first_failed"]]
-    imagined = [f for r in pairs for f in r["imagined_first_failed"]]
-    return {**stats, "first_failure_agreement": first_failure_agreement(deployed, imagined)}
 
 
 def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
@@ -217,8 +218,13 @@ def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
             "",
             f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {fidelity['pairs']} (composition, "
             f"checkpoint) pairs: Spearman {fidelity['spearman']:.3f}, Pearson {fidelity['pearson']:.3f}, "
-            f"MMRV {fidelity['mmrv']:.3f}; the first failed subtask agrees with the deployed trial from "
-            f"the same initial state in {fidelity['first_failure_agreement']:.0%} of imagined trials.",
+            f"MMRV {fidelity['mmrv']:.3f}.",
+        ]
+    if plots["first_failure_agreement"] is not None:
+        lines += [
+            "",
+            f"The first failed subtask of an imagined trial is the deployed trial's from the same initial "
+            f"state in {plots['first_failure_agreement']:.0%} of valid imagined trials.",
         ]
     lines += ["", " ".join(f"![{f}]({f})" for f in plots["files"])]
     return "\n".join(lines)
