@@ -10,14 +10,22 @@ from robocoach_bringup.stages.evaluation import _markdown, _plots, _summarize
 from robocoach_skills.measures import mmrv
 
 
-def _row(composition: str, budget: int, deployed: list[int], imagined: list[int], paired: list[int], n=2):
+def _row(
+    composition: str,
+    budget: int,
+    deployed: list[int],
+    imagined: list[int],
+    paired: list[int],
+    n: int = 2,
+    held_out: bool = False,
+) -> dict:
     """A (composition, checkpoint) row; first-failed indices, -1 = success."""
     done = lambda f: sum(n if x < 0 else x for x in f) / len(f) / n  # noqa: E731
     return {
         "robot": "piper",
         "budget": budget,
         "composition": composition,
-        "held_out": False,
+        "held_out": held_out,
         "deployed_success": sum(x < 0 for x in deployed) / len(deployed),
         "deployed_trials": len(deployed),
         "deployed_first_failed": deployed,
@@ -39,6 +47,7 @@ def test_fidelity_on_completion_is_defined_where_success_is_constant(tmp_path):
         _row("a", 2, deployed=[1, 0], imagined=[1, 1], paired=[1, 0]),
         _row("b", 0, deployed=[1, 1], imagined=[1, 0], paired=[1, 1]),
         _row("b", 2, deployed=[1, 1], imagined=[], paired=[]),  # no valid imagined trial: left out
+        *(_row("held", b, deployed=[0, 0], imagined=[], paired=[], held_out=True) for b in (0, 2)),
     ]
     plots = _plots(rows, tmp_path)
     success, completion = plots["fidelity"]["success"], plots["fidelity"]["completion"]
