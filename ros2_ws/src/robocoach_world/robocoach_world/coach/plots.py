@@ -95,8 +95,12 @@ def plot_imagined_vs_deployed(
     ax = fig.add_subplot()
     ax.plot([0, 1], [0, 1], color="0.7", linestyle="--", linewidth=1)
     ax.scatter(x, y, color="tab:blue")
+    at: dict[tuple[float, float], list[str]] = {}  # pairs on the same point share one label
     for name, xi, yi in zip(names, x, y, strict=True):
-        ax.annotate(name, (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        at.setdefault((xi, yi), []).append(name)
+    for point, here in at.items():
+        label = here[0] if len(here) == 1 else f"{len(here)} pairs"
+        ax.annotate(label, point, fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel=f"imagined {measure}", ylabel=f"deployed {measure}")
     ax.set_title(
         f"Spearman rho={stats['spearman']:.3f}  Pearson r={stats['pearson']:.3f}\n"
