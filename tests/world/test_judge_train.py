@@ -21,10 +21,10 @@ from robocoach_skills.experts.perception import PerceptionConfig
 from robocoach_skills.operator import OperatorConfig
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.judge.checkpoint import CHECKPOINT_DIR, DEADLINES_FILE, load_judge
-from robocoach_world.judge.data import SegmentConfig
+from robocoach_world.judge.data import SegmentConfig, load_episodes
 from robocoach_world.judge.evaluate import evaluate_judge
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
-from robocoach_world.judge.train import TrainConfig, load_episodes, pretrain_encoder, split_episodes, train
+from robocoach_world.judge.train import TrainConfig, pretrain_encoder, split_episodes, train
 from robocoach_world.judge.verdict import calibrate_deadlines
 from robocoach_world.world.artifacts import save_world
 from robocoach_world.world.model import CoachWorld, WorldConfig

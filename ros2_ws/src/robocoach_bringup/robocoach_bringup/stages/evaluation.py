@@ -37,7 +37,6 @@ from robocoach_world.world.artifacts import load_world
 TORCH_THREADS = 1
 # fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure
 FIDELITY_LABELS = {"success": "success", "completion": "subtask completion"}
-FIDELITY_MEASURES = tuple(FIDELITY_LABELS)
 
 
 def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, dict[str, int]]]:
@@ -182,7 +181,7 @@ def _plots(rows: list[dict], output: Path) -> dict:
             per_comp.setdefault(r["composition"], []).append(r["deployed_success"])
         files.append(plot_success_per_round(per_comp, output / f"success_{robot}.png").name)
     fidelity = {}
-    for measure in FIDELITY_MEASURES:
+    for measure in FIDELITY_LABELS:
         stats = _fidelity(rows, measure, output / f"imagined_vs_deployed_{measure}.png")
         if stats is not None:
             fidelity[measure] = stats

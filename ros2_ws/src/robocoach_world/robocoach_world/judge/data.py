@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,9 +25,19 @@ from torch.utils.data import Dataset
 
 from robocoach_skills.composition import Subtask
 from robocoach_skills.data.episode import Episode
+from robocoach_skills.data.store import EpisodeStore
 from robocoach_world.judge.model import ProgressJudge
 
 KEY_FRAMES, KEY_TARGET, KEY_COND, KEY_MASK = "frames", "progress", "cond", "mask"
+
+
+def load_episodes(stores: Sequence[Path]) -> list[Episode]:
+    """Every episode of every store, in store order (training, calibration and test sets alike)."""
+    out = []
+    for root in stores:
+        store = EpisodeStore(root)
+        out += [store.get(i) for i in store.ids()]
+    return out
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,8 @@ from tqdm import tqdm
 
 from robocoach_skills import measures
 from robocoach_skills.composition import Composition
-from robocoach_skills.data.store import EpisodeStore
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
-from robocoach_world.judge.data import segments_of
+from robocoach_world.judge.data import load_episodes, segments_of
 from robocoach_world.judge.model import PROGRESS, ProgressJudge
 from robocoach_world.judge.verdict import (
     Deadlines,
@@ -260,14 +259,6 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _episodes(stores: Sequence[Path]) -> list:
-    out = []
-    for root in stores:
-        store = EpisodeStore(root)
-        out += [store.get(i) for i in store.ids()]
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     """Measure a trained judge on held-out labelled episodes; print a table, write JSON."""
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -300,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     if not deadlines_path.exists():
         if not args.calibration:
             parser.error(f"{deadlines_path} does not exist: pass --calibration stores to calibrate it")
-        held_out = _episodes(args.calibration)
+        held_out = load_episodes(args.calibration)
         calibrate(judge, held_out, verdict_config, args.quantile, args.margin).save(deadlines_path)
         n_ok = sum(v.success for v in held_out)
         print(
@@ -309,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     deadlines = Deadlines.load(deadlines_path)
     verdict_config = deadlines.verdict_config(verdict_config)
-    videos = _episodes(args.stores)
+    videos = load_episodes(args.stores)
     if args.world is not None:
         world, _ = load_world(args.world, "cpu")
         videos = [imagined_twin(world, v) for v in tqdm(videos, desc="imagined twins", unit="episode")]

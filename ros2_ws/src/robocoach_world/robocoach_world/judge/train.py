@@ -30,7 +30,6 @@ from tqdm import tqdm
 
 from robocoach_skills import measures
 from robocoach_skills.data.episode import Episode
-from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
 from robocoach_skills.experts.perception import PerceptionConfig, render_landmark_frames, train_landmark_probe
 from robocoach_world.judge.checkpoint import save_judge
@@ -42,6 +41,7 @@ from robocoach_world.judge.data import (
     SegmentConfig,
     SegmentDataset,
     collate_segments,
+    load_episodes,
 )
 from robocoach_world.judge.model import DONE, PROGRESS, JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import VerdictConfig
@@ -79,15 +79,6 @@ class TrainConfig:
                 f"need epochs >= 1, batch_segments >= 1, val_every >= 2; got {self.epochs}, "
                 f"{self.batch_segments}, {self.val_every}"
             )
-
-
-def load_episodes(stores: list[Path]) -> list[Episode]:
-    """Every episode of every store, in store order."""
-    out = []
-    for root in stores:
-        store = EpisodeStore(root)
-        out += [store.get(i) for i in store.ids()]
-    return out
 
 
 def split_episodes(episodes: list[Episode], val_every: int) -> tuple[list[Episode], list[Episode]]:
