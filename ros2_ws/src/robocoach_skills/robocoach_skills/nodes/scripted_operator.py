@@ -37,6 +37,7 @@ class ScriptedOperatorNode(OperatorStation):
         config = ScriptedSessionConfig(
             max_takes_per_demo=declare("max_takes_per_demo", 3).value,  # takes per demo slot
             seed=declare("seed", 0).value,  # the operator's own randomness
+            reset_pause_s=declare("reset_pause_s", 0.0).value,  # [s] between takes, as a person resets
         )
         if not store_dir:
             raise ValueError("parameter store is required (the episode store accepted demos go to)")
@@ -46,7 +47,8 @@ class ScriptedOperatorNode(OperatorStation):
         self.serve(robot, ScriptedSession(self.scene, store, config))
         self.get_logger().info(
             f"scripted demo station: {robot}, {image_size} px at {store.info.fps} fps, store {store_dir}, "
-            f"{config.max_takes_per_demo} takes per demo, seed {config.seed}"
+            f"{config.max_takes_per_demo} takes per demo, seed {config.seed}, "
+            f"{config.reset_pause_s:g} s between takes"
         )
 
     def destroy_node(self) -> None:

@@ -15,6 +15,7 @@ Accepted takes are in the episode store (atomic) before anyone is told.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from robocoach_skills.data.store import EpisodeStore
@@ -43,6 +44,7 @@ class ScriptedSessionConfig:
     max_takes_per_demo: int = 3  # takes of one demo slot before moving on to the next seed
     seed: int = 0  # the operator's own randomness, mixed with the request id, slot and take
     preview_frames: int = 4  # frames of each take sent back to operator UIs
+    reset_pause_s: float = 0.0  # [s] wait between takes, as a person resetting the scene does (0: none)
 
     def __post_init__(self) -> None:
         if self.max_takes_per_demo < 1:
@@ -53,6 +55,8 @@ class ScriptedSessionConfig:
             raise ValueError(f"ScriptedSessionConfig.seed must be >= 0, got {self.seed}")
         if self.preview_frames < 0:
             raise ValueError(f"ScriptedSessionConfig.preview_frames must be >= 0, got {self.preview_frames}")
+        if not self.reset_pause_s >= 0:
+            raise ValueError(f"ScriptedSessionConfig.reset_pause_s must be >= 0, got {self.reset_pause_s}")
 
 
 class ScriptedSession:
@@ -82,6 +86,8 @@ class ScriptedSession:
         for slot in range(count):
             seed = target.seed(slot)
             for take in range(self.config.max_takes_per_demo):
+                if results:
+                    time.sleep(self.config.reset_pause_s)
                 if canceled():
                     raise TakeCanceledError
                 on_status(f"demo {slot + 1}/{count}, take {take + 1}: seed {seed}", accepted)
