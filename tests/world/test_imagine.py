@@ -150,4 +150,4 @@ def test_a_step_moves_only_the_running_rows(models):
     assert torch.equal(after.h[1], state.h[1]) and torch.equal(new_images[1], images[1])
     assert torch.equal(new_proprio[1], proprio[1])
     assert not torch.equal(after.h[0], state.h[0]) and not torch.equal(new_proprio[2], proprio[2])
-    assert after.skips is state.skips and new_images.shape == images.shape
+    assert after.skip_terms is state.skip_terms and new_images.shape == images.shape

@@ -118,3 +118,22 @@ def test_reduced_precision_frames_stay_close_and_leave_proprio_and_state_exact(m
     assert torch.equal(full[0].h, fast[0].h) and torch.equal(full[2], fast[2])
     difference = (full[1].int() - fast[1].int()).abs()
     assert fast[1].dtype == torch.uint8 and difference.float().mean() < 1.0 and difference.max() <= 8
+
+
+def test_decoder_with_precomputed_skip_terms_equals_convolving_the_concatenation(model):
+    # the reference: every stage's own layers on [x, skip], as the decoder was first written
+    decoder = model.decoder
+    with torch.no_grad():
+        frame = torch.rand(len(IDS), 3, SIZE, SIZE)
+        _, skips = model.encoder(frame)
+        h = torch.randn(len(IDS), TINY.hidden_dim)
+        x = decoder.inp(h).view(len(IDS), -1, decoder.side, decoder.side)
+        reversed_skips = tuple(reversed(skips))
+        for stage, skip in zip(decoder.stages, reversed_skips, strict=False):
+            x = stage(torch.cat([x, skip], dim=1))
+        out = decoder.head(torch.cat([x, reversed_skips[-1]], dim=1))
+        mask = torch.sigmoid(out[:, 3:])
+        reference = mask * torch.sigmoid(out[:, :3]) + (1 - mask) * frame
+        decoded = decoder(h, frame, decoder.skip_terms(skips))
+    assert len(decoder.skip_terms(skips)) == len(TINY.channels)
+    torch.testing.assert_close(decoded, reference, atol=1e-5, rtol=1e-5)

@@ -272,7 +272,7 @@ def _step_world(
     )
     h, images, proprio = state.h.clone(), images.clone(), proprio.clone()
     h[index], images[index], proprio[index] = stepped.h, frames[:, 0], proprio_k[:, 0]
-    return WorldState(h, state.context, state.skips, state.robot_ids), images, proprio
+    return WorldState(h, state.context, state.skip_terms, state.robot_ids), images, proprio
 
 
 def _refill(

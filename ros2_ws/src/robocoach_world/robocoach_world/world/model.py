@@ -3,7 +3,8 @@
 Structure (SVG-LP / RSSM-like, small enough for a CPU, wider by `WorldConfig` on a GPU):
 
     observe:  frames + proprio of a short real history -> per-frame embeddings -> GRU -> h_0,
-              plus multi-scale conv features of the last real frame (decoder skips: the static scene)
+              plus multi-scale conv features of the last real frame (decoder skips: the static scene),
+              kept as the decoder's convolution of them (`Decoder.skip_terms`: fixed over a rollout)
     imagine:  for each action a_k (padded joint targets, turned into TCP pose + gripper by
               `action_repr`, plus the arm's embedding):
                   z_k ~ prior(h_k, a_k)              learned Gaussian prior over a latent noise variable
@@ -103,13 +104,13 @@ class WorldState:
 
     h: torch.Tensor  # (B, hidden_dim) deterministic state after the last real or imagined frame
     context: torch.Tensor  # (B, 3, S, S) float [0, 1], the last real frame (what the decoder composites over)
-    skips: tuple[torch.Tensor, ...]  # conv features of that frame, one (B, C, S', S') per stage
+    skip_terms: tuple[torch.Tensor, ...]  # `Decoder.skip_terms` of that frame, one per decoder stage
     robot_ids: torch.Tensor  # (B,) long, index into constants.ROBOTS
 
     def select(self, index: torch.Tensor) -> WorldState:
         """Rows `index` (long (N,)): to drop, reorder or repeat rollouts, e.g. one per seed."""
-        skips = tuple(s[index] for s in self.skips)
-        return WorldState(self.h[index], self.context[index], skips, self.robot_ids[index])
+        terms = tuple(t[index] for t in self.skip_terms)
+        return WorldState(self.h[index], self.context[index], terms, self.robot_ids[index])
 
 
 def _block(c_in: int, c_out: int, transpose: bool) -> nn.Sequential:
@@ -154,16 +155,37 @@ class Decoder(nn.Module):
         self.head = nn.ConvTranspose2d(2 * c[0], 4, 4, 2, 1)
         nn.init.constant_(self.head.bias[3], MASK_BIAS)
 
+    def skip_terms(self, skips: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The skip half of every stage's transposed convolution (bias included), one per stage + head.
+
+        Each stage convolves [x, skip]; that is linear, so it splits into conv(x) + conv(skip). The
+        skips come from the context frame and stay fixed over a rollout: computed once here, they
+        halve the convolution work of every decoded frame.
+        """
+        convs = [stage[0] for stage in self.stages] + [self.head]
+        return tuple(
+            _conv_transpose(conv, skip, conv.in_channels - skip.shape[1], conv.bias)
+            for conv, skip in zip(convs, reversed(skips), strict=True)
+        )
+
     def forward(
-        self, h: torch.Tensor, context: torch.Tensor, skips: tuple[torch.Tensor, ...]
+        self, h: torch.Tensor, context: torch.Tensor, skip_terms: tuple[torch.Tensor, ...]
     ) -> torch.Tensor:
+        """Equal to convolving the concatenated [x, skip] at every stage (see `skip_terms`)."""
         x = self.inp(h).view(h.shape[0], -1, self.side, self.side)
-        skips = tuple(reversed(skips))
-        for stage, skip in zip(self.stages, skips, strict=False):
-            x = stage(torch.cat([x, skip], dim=1))
-        out = self.head(torch.cat([x, skips[-1]], dim=1))
+        for (conv, norm, act), term in zip(self.stages, skip_terms, strict=False):
+            x = act(norm(_conv_transpose(conv, x, 0) + term))
+        out = _conv_transpose(self.head, x, 0) + skip_terms[-1]
         mask = torch.sigmoid(out[:, 3:])
         return mask * torch.sigmoid(out[:, :3]) + (1 - mask) * context
+
+
+def _conv_transpose(
+    conv: nn.ConvTranspose2d, x: torch.Tensor, first: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`conv` applied to x as its input channels first..first + C (the others read as zeros)."""
+    weight = conv.weight[first : first + x.shape[1]]
+    return nn.functional.conv_transpose2d(x, weight, bias, conv.stride, conv.padding)
 
 
 def _mlp(d_in: int, d_out: int, width: int) -> nn.Sequential:
@@ -214,7 +236,7 @@ class CoachWorld(nn.Module):
         _, last = self.history(emb)  # (1, B, H)
         h = torch.tanh(self.init_h(torch.cat([last[0], self.robot(robot_ids)], dim=-1)))
         context = images[:, -1] if context is None else context
-        return WorldState(h, context.permute(0, 3, 1, 2), skips, robot_ids)
+        return WorldState(h, context.permute(0, 3, 1, 2), self.decoder.skip_terms(skips), robot_ids)
 
     def _actions(self, actions: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
         """(B, K, 8) padded joint targets -> (B, K, E) agnostic action features."""
@@ -239,10 +261,10 @@ class CoachWorld(nn.Module):
         step, and frames end as 8-bit pixels anyway. Proprio and the latent path stay float32.
         """
         k = hs.shape[1]
-        # Step by step: the skips are shared, and copying them K times costs more than the convolutions.
+        # Step by step: the skip terms are shared, and copying them K times costs more than the convolutions.
         with torch.autocast(hs.device.type, dtype=frame_dtype, enabled=frame_dtype is not None):
             frames = torch.stack(
-                [self.decoder(hs[:, j], state.context, state.skips) for j in range(k)], dim=1
+                [self.decoder(hs[:, j], state.context, state.skip_terms) for j in range(k)], dim=1
             ).float()
         arm = self.robot(state.robot_ids)[:, None].expand(-1, k, -1)
         mask = self.channel_masks[state.robot_ids][:, None]  # (B, 1, 8)
@@ -296,7 +318,7 @@ class CoachWorld(nn.Module):
             )
             h = self.cell(torch.cat([mean + std * noise.to(h.device), feats[:, k]], dim=-1), h)
             hs.append(h)
-        state = WorldState(h, state.context, state.skips, robot_ids)
+        state = WorldState(h, state.context, state.skip_terms, robot_ids)
         frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions, frame_dtype)
         return state, to_uint8(frames.permute(0, 1, 3, 4, 2)), proprio
 
