@@ -176,7 +176,8 @@ class Decoder(nn.Module):
         for (conv, norm, act), term in zip(self.stages, skip_terms, strict=False):
             x = act(norm(_conv_transpose(conv, x, 0) + term))
         out = _conv_transpose(self.head, x, 0) + skip_terms[-1]
-        return torch.lerp(context, torch.sigmoid(out[:, :3]), torch.sigmoid(out[:, 3:]))  # one pass: mask blend
+        # context + mask * (generated - context), in one pass
+        return torch.lerp(context, torch.sigmoid(out[:, :3]), torch.sigmoid(out[:, 3:]))
 
 
 def _conv_transpose(
