@@ -73,7 +73,7 @@ class CorpusConfig:
 
 
 def build_corpus(
-    robot: str, store: EpisodeStore, config: CorpusConfig, show_progress: bool = True
+    robot: str, store: EpisodeStore, config: CorpusConfig, show_progress: bool = True, bar_position: int = 0
 ) -> list[str]:
     """Record `config`'s episodes of `robot` into `store`; returns their ids in recording order.
 
@@ -86,7 +86,10 @@ def build_corpus(
     seed = SPLIT_SEED_BASES[config.split]
     ids: list[str] = []
     bar = tqdm(
-        total=config.n_episodes(robot), desc=f"corpus {config.split} {robot}", disable=not show_progress
+        total=config.n_episodes(robot),
+        desc=f"corpus {config.split} {robot}",
+        disable=not show_progress,
+        position=bar_position,  # arms recorded side by side each keep their own line
     )
 
     def record(episode: Episode) -> None:

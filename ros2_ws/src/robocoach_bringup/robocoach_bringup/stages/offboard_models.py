@@ -4,12 +4,18 @@
    (`robocoach_world.corpus`), so the judge and the world model see failing as well as succeeding.
 2. Real expert failures: the bootstrap experts deployed on every training composition from rollout
    seeds (never evaluation seeds), recorded frame by frame with ground-truth labels.
+   Steps 1-2 run one process per arm, side by side (rendering is the cost), each arm into its own
+   stores so that episode order, and with it the judge's validation split, does not depend on timing.
 3. CoachWorld trained on bootstrap demos + corpus + rollouts; the judge on corpus + rollouts.
 4. Per-(arm, skill) deadlines calibrated with the trained judge on the bootstrap demos (held out from
    its training), then frozen to <judge>/deadlines.json.
 """
 
 from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -39,50 +45,45 @@ TORCH_THREADS = 1
 def run(config, results: dict) -> dict:
     torch.set_num_threads(TORCH_THREADS)
     profile, paths = config.profile, RunPaths(config.output)
-    size = config.image_size
-    info = StoreInfo(fps=SceneConfig().policy_hz, image_size=(size, size))
-    corpus = EpisodeStore.create(config.output / "corpus", info, exist_ok=True)
-    rollouts = EpisodeStore.create(config.output / "rollouts", info, exist_ok=True)
     corpus_config = CorpusConfig(
         subtask_demos=profile.corpus_per_use,
         subtask_failures=profile.corpus_per_use,
         composition_demos=profile.corpus_per_composition,
         composition_failures=profile.corpus_per_composition,
-        image_size=size,
+        image_size=config.image_size,
     )
-    library, _, versions, deadlines = load_experts(paths.experts)
-    router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
     seeds = evaluation_seeds(profile.rollouts_per_composition, base=ROLLOUT_SEED_BASE)
-    for robot in config.robots:
-        if not any(m.robot == robot for m in corpus.iter_meta()):  # a resumed run keeps what it recorded
-            build_corpus(robot, corpus, corpus_config)
-        if not any(m.robot == robot for m in rollouts.iter_meta()):
-            scene = SimScene(SceneConfig(robot=robot, image_size=size))
-            for composition in training_compositions(robot):
-                evaluate(router, scene, composition, seeds, record_to=rollouts)
-            scene.close()
+    # spawn, not fork: the earlier stages leave torch threads behind (see the evaluation stage)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(config.robots), mp_context=spawn) as pool:
+        futures = [
+            pool.submit(record_arm, config.output, robot, corpus_config, seeds, position)
+            for position, robot in enumerate(config.robots)
+        ]
+        for future in futures:
+            future.result()
+    corpus = [EpisodeStore(corpus_dir(config.output, r)) for r in config.robots]
+    rollouts = [EpisodeStore(rollouts_dir(config.output, r)) for r in config.robots]
 
-    stores = (paths.episodes, corpus.root, rollouts.root)
+    stores = (paths.episodes, *(c.root for c in corpus), *(r.root for r in rollouts))
     world_metrics = {}
     if not (paths.world / META_FILE).exists():
         world_config = WorldTrainConfig(
             stores=stores, out=paths.world.parent / "world_run", steps=profile.world_steps,
-            world=WorldConfig(image_size=size),
+            world=WorldConfig(image_size=config.image_size),
         )  # fmt: skip
         world_metrics = train_world(world_config)
         (world_config.out / CHECKPOINT_DIR).rename(paths.world)
     judge_metrics = {}
     if not (paths.judge / DEADLINES_FILE).exists():
-        judge_config = JudgeTrainConfig(
-            stores=[corpus.root, rollouts.root], out=paths.judge, epochs=profile.judge_epochs
-        )
+        judge_config = JudgeTrainConfig(stores=list(stores[1:]), out=paths.judge, epochs=profile.judge_epochs)
         judge, judge_metrics = train_judge(judge_config)
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
         demos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
         calibrate(judge, demos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
     return {
-        "corpus_episodes": sum(1 for _ in corpus.iter_meta()),
-        "rollout_episodes": sum(1 for _ in rollouts.iter_meta()),
+        "corpus_episodes": _count(corpus),
+        "rollout_episodes": _count(rollouts),
         "rollout_success": _success(rollouts),
         "world_metrics": world_metrics,
         "judge_metrics": {k: v for k, v in judge_metrics.items() if not isinstance(v, dict)},
@@ -90,16 +91,52 @@ def run(config, results: dict) -> dict:
     }
 
 
-def _success(store: EpisodeStore) -> float:
-    metas = list(store.iter_meta())
+def corpus_dir(output: Path, robot: str) -> Path:
+    return output / f"corpus_{robot}"
+
+
+def rollouts_dir(output: Path, robot: str) -> Path:
+    return output / f"rollouts_{robot}"
+
+
+def record_arm(
+    output: Path, robot: str, corpus_config: CorpusConfig, rollout_seeds: list[int], position: int = 0
+) -> None:
+    """One arm's corpus and bootstrap-expert rollouts, each into the arm's own store (a worker process).
+
+    A store that already holds episodes is kept: a resumed run does not record it again.
+    """
+    torch.set_num_threads(TORCH_THREADS)
+    size = corpus_config.image_size
+    info = StoreInfo(fps=SceneConfig().policy_hz, image_size=(size, size))
+    corpus = EpisodeStore.create(corpus_dir(output, robot), info, exist_ok=True)
+    if _count([corpus]) == 0:
+        build_corpus(robot, corpus, corpus_config, bar_position=position)
+    rollouts = EpisodeStore.create(rollouts_dir(output, robot), info, exist_ok=True)
+    if _count([rollouts]) == 0:
+        library, _, versions, deadlines = load_experts(RunPaths(output).experts)
+        router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
+        scene = SimScene(SceneConfig(robot=robot, image_size=size))
+        try:
+            for composition in training_compositions(robot):
+                evaluate(router, scene, composition, rollout_seeds, record_to=rollouts)
+        finally:
+            scene.close()
+
+
+def _count(stores: list[EpisodeStore]) -> int:
+    return sum(1 for store in stores for _ in store.iter_meta())
+
+
+def _success(stores: list[EpisodeStore]) -> float:
+    metas = [m for store in stores for m in store.iter_meta()]
     return sum(m.success for m in metas) / len(metas) if metas else float("nan")
 
 
-def _markdown(corpus: EpisodeStore, rollouts: EpisodeStore, world: dict, judge: dict) -> str:
+def _markdown(corpus: list[EpisodeStore], rollouts: list[EpisodeStore], world: dict, judge: dict) -> str:
     lines = [
-        f"Corpus: {sum(1 for _ in corpus.iter_meta())} scripted episodes (half with injected failures); "
-        f"bootstrap-expert rollouts: {sum(1 for _ in rollouts.iter_meta())} "
-        f"({_success(rollouts):.0%} succeeded).",
+        f"Corpus: {_count(corpus)} scripted episodes (half with injected failures); "
+        f"bootstrap-expert rollouts: {_count(rollouts)} ({_success(rollouts):.0%} succeeded).",
     ]
     if world:
         lines.append(
