@@ -67,6 +67,23 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
     assert all("paired_vs_robocoach" in row for row in on_disk["summary"]["table"] if row is not reference)
 
 
+def test_runs_that_start_from_the_same_policy_share_one_budget_0_evaluation(experiment):
+    config, result = experiment
+    starts: dict[str, list[dict]] = {}
+    for r in result["runs"]:
+        kind = METHODS[r["method"]].policy
+        key = kind if kind == PolicyKind.MODULAR else f"{kind}/seed{r['seed']}"  # modular: any seed
+        starts.setdefault(key, []).append(r["checkpoints"][0])
+    assert len(starts[PolicyKind.MODULAR]) == sum(m.policy == PolicyKind.MODULAR for m in METHODS.values())
+    for points in starts.values():
+        assert all(p["outcomes"] == points[0]["outcomes"] for p in points)
+        assert all(p["first_failed"] == points[0]["first_failed"] for p in points)
+        assert sum(p["seconds"] > 0 for p in points) == 1  # evaluated once, read back by the others
+    assert sorted(p.name for p in (config.output / "starts").iterdir()) == sorted(
+        {m.policy for m in METHODS.values()}
+    )
+
+
 def _check_frame_budget(config, settings, result):
     """(f): each round's frame budget is demos_per_round bootstrap subtask demos' worth, and is reached."""
     bootstrap = EpisodeStore(config.run / "episodes").iter_meta(kind="demo", robot=ROBOT)

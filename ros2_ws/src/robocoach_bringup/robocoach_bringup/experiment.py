@@ -5,7 +5,8 @@
     robocoach experiment --run runs/quick1 --profile reduced --output runs/experiment_reduced
 
 Each (method, arm, seed) run lives in <output>/runs/<method>/<arm>/seed<k>/ (robocoach_world.experiment.
-runner): a finished one is read back, an interrupted one resumes through its persisted state. When all
+runner): a finished one is read back, an interrupted one resumes through its persisted state. Runs that
+start from the same policy share its budget-0 evaluation, in <output>/starts/ (`runner.start_key`). When all
 are done, <output>/experiment.json holds every number per seed and <output>/report.md the table and
 plots (success vs demo budget, held-out success, Budget AUC with intervals).
 """
@@ -93,16 +94,16 @@ def run_experiment(config: ExperimentConfig) -> dict:
     start = time.perf_counter()
     results = []
     bar = tqdm(total=len(specs), desc="experiment runs", unit="run")
+    runs, starts = config.output / "runs", config.output / "starts"  # starts: shared budget-0 evaluations
     if config.workers == 1:
         for spec in specs:
             bar.set_postfix_str(spec.key)
-            results.append(run_one(config.run, config.output / "runs" / spec.key, spec, settings))
+            results.append(run_one(config.run, runs / spec.key, spec, settings, starts))
             bar.update()
     else:
         with ProcessPoolExecutor(max_workers=config.workers) as pool:
             futures = [
-                pool.submit(run_one, config.run, config.output / "runs" / spec.key, spec, settings)
-                for spec in specs
+                pool.submit(run_one, config.run, runs / spec.key, spec, settings, starts) for spec in specs
             ]
             for future in futures:
                 results.append(future.result())

@@ -19,11 +19,12 @@ failure, and its name in the checkpoint's `unsupported`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -224,8 +225,10 @@ def load_policy(experts: Path, method: Method) -> tuple[ChunkPolicy, dict[str, i
 class _Run:
     """The live pieces of one run; `checkpoint(k)` evaluates the policy as it is now."""
 
-    def __init__(self, inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -> None:
-        self.spec, self.settings, self.run_dir = spec, settings, run_dir
+    def __init__(
+        self, inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings, starts: Path | None
+    ) -> None:
+        self.spec, self.settings, self.run_dir, self.starts = spec, settings, run_dir, starts
         self.method = METHODS[spec.method]
         self.train, self.held_out = compositions_of(spec.robot, settings)
         prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
@@ -304,6 +307,21 @@ class _Run:
         path = self.run_dir / "eval" / f"round_{index}.json"
         if path.exists():
             return Checkpoint(**json.loads(path.read_text()))
+        if index == 0 and self.starts is not None:
+            folder = self.starts / start_key(self.spec, self.method)
+            point = shared_evaluation(folder, self._evaluate)
+            expected = {c.name: len(self.eval_seeds) for c in self.train + self.held_out}
+            if {name: len(v) for name, v in point.outcomes.items()} != expected:
+                raise ValueError(
+                    f"{folder} was evaluated on other compositions or seeds than this run's {expected}: "
+                    "an experiment's output folder holds one profile; choose a fresh --output"
+                )
+        else:
+            point = self._evaluate(index)
+        replace_file_atomically(path, json_bytes(asdict(point)))
+        return point
+
+    def _evaluate(self, index: int) -> Checkpoint:
         start = time.perf_counter()
         versions = dict(self.state.adapter_versions)
         ids = self.state.received_ids()
@@ -321,12 +339,43 @@ class _Run:
                 int(t.ground_truth["first_failed"]) for t in result.trials
             ]
         point.seconds = time.perf_counter() - start
+        return point
+
+
+def start_key(spec: RunSpec, method: Method) -> str:
+    """Which runs start from the same policy: every modular method of an arm (the bootstrap experts,
+    whatever the seed), and per seed the shared-adapter ones (fitted under that seed); (f) alone."""
+    if method.policy == PolicyKind.MODULAR:
+        return f"{method.policy}/{spec.robot}"
+    return f"{method.policy}/{spec.robot}/seed{spec.seed}"
+
+
+def shared_evaluation(folder: Path, evaluate_start: Callable[[int], Checkpoint]) -> Checkpoint:
+    """The budget-0 checkpoint of `folder`'s runs, evaluated by the first to ask, read back by the rest.
+
+    Runs that start from the same policy, evaluated on the same seeds, would compute the same
+    numbers; a lock file serialises parallel workers, so one evaluates and the others wait and read.
+    A reader's copy has seconds 0: it spent nothing.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "round_0.json"
+    with open(folder / "round_0.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return replace(Checkpoint(**json.loads(path.read_text())), seconds=0.0)
+        point = evaluate_start(0)
         replace_file_atomically(path, json_bytes(asdict(point)))
         return point
 
 
-def run_one(inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -> dict:
-    """Run (or resume, or just read back) one run; returns what result.json holds."""
+def run_one(
+    inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings, starts: Path | None = None
+) -> dict:
+    """Run (or resume, or just read back) one run; returns what result.json holds.
+
+    `starts`: a folder shared by the runs of one experiment (same inputs and settings), where runs
+    that start from the same policy share its budget-0 evaluation (`shared_evaluation`).
+    """
     run_dir = Path(run_dir)
     if (run_dir / DONE_FILE).exists():
         return json.loads((run_dir / RESULT_FILE).read_text())
@@ -334,7 +383,7 @@ def run_one(inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings) -
     torch.manual_seed(spec.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    run = _Run(Path(inputs), run_dir, spec, settings)
+    run = _Run(Path(inputs), run_dir, spec, settings, starts)
     # Invariant: checkpoint k is evaluated before round k+1 takes its first step, so on resume the
     # active adapters are those of the newest checkpoint whenever its evaluation is missing.
     points = [run.checkpoint(k) for k in range(run.state.round + 1)]
