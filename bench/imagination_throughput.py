@@ -8,6 +8,9 @@ A step is one policy step of one trial, all world-model seeds of that trial incl
 
     source env.sh && python bench/imagination_throughput.py                  # 1 thread, 60 steps
     python bench/imagination_throughput.py --threads 2 --world-seeds 1
+
+Simulation and imagination are measured in alternation, `repeats` times; the median ratio is the
+result, since on a shared VM the speed of the host drifts within one run (seen here: 40-66 sim steps/s).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Args:
     threads: int = 1  # torch intra-op threads
     world_dir: Path | None = None  # a trained CoachWorld checkpoint (default: WorldConfig())
     judge_dir: Path | None = None  # a trained judge directory (default: JudgeConfig())
+    repeats: int = 3  # alternations of simulation and imagination; the median ratio is reported
 
 
 def simulated_steps_per_s(library: ExpertLibrary, args: Args) -> float:
@@ -86,13 +90,19 @@ def main(args: Args) -> None:
         f"{args.robot} {args.task}, {args.steps} policy steps, {args.world_seeds} world seeds per imagined "
         f"trial, {args.threads} torch thread(s)"
     )
-    simulated = simulated_steps_per_s(library, args)
-    print(f"  simulated (MuJoCo + 64x64 rendering), 1 trial: {simulated:8.1f} steps/s")
-    for batch in (1, 64):
-        imagined = imagined_steps_per_s(world, judge, library, batch, args)
+    ratios: dict[int, list[float]] = {1: [], 64: []}
+    for repeat in range(args.repeats):
+        simulated = simulated_steps_per_s(library, args)
+        line = f"  repeat {repeat + 1}: simulated (MuJoCo + 64x64 rendering) {simulated:6.1f} steps/s"
+        for batch in ratios:
+            imagined = imagined_steps_per_s(world, judge, library, batch, args)
+            ratios[batch].append(imagined / simulated)
+            line += f"; imagined batch {batch}: {imagined:6.1f} ({imagined / simulated:5.2f}x)"
+        print(line)
+    for batch, values in ratios.items():
         print(
-            f"  imagined, batch {batch:2d} trials:                {imagined:8.1f} steps/s  "
-            f"({imagined / simulated:5.2f}x simulation)"
+            f"  imagined batch {batch:2d} vs simulated: median {np.median(values):5.2f}x "
+            f"(range {min(values):.2f}-{max(values):.2f}x over {args.repeats} repeats)"
         )
 
 
