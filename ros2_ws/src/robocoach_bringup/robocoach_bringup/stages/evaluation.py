@@ -10,8 +10,6 @@ The arms run in parallel processes (the simulator's rendering is the cost).
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import torch
 
 from robocoach_bringup.graph import RunPaths
 from robocoach_bringup.stages.ridi_rounds import coach_state_dir, coached_experts_dir
+from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
@@ -117,22 +116,15 @@ def run(config, results: dict) -> dict:
     profile = config.profile
     # the coach's imagination settings, so checkpoints are imagined as the coach imagined them
     imagination = ImaginationConfig(num_rollouts=profile.imagined_rollouts, horizon=profile.horizon)
-    # spawn, not fork: the earlier stages leave ROS and torch threads behind, and a forked child of a
-    # threaded process can deadlock (it did: the workers sat idle forever)
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=len(config.robots), mp_context=spawn) as pool:
-        futures = [
-            pool.submit(
+    arms = side_by_side(
+        [
+            (
                 evaluate_arm,
-                config.output,
-                robot,
-                profile.eval_rollouts,
-                imagination,
-                profile.eval_compositions,
+                (config.output, robot, profile.eval_rollouts, imagination, profile.eval_compositions),
             )
             for robot in config.robots
         ]
-        arms = [f.result() for f in futures]
+    )
     rows = [row for arm in arms for row in arm["rows"]]
     summary = _summarize(rows)
     plots = _plots(rows, config.output)

@@ -13,13 +13,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 
 from robocoach_bringup.graph import RunPaths
+from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.checkpoint import META_FILE
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
@@ -53,15 +52,12 @@ def run(config, results: dict) -> dict:
         image_size=config.image_size,
     )
     seeds = evaluation_seeds(profile.rollouts_per_composition, base=ROLLOUT_SEED_BASE)
-    # spawn, not fork: the earlier stages leave torch threads behind (see the evaluation stage)
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=len(config.robots), mp_context=spawn) as pool:
-        futures = [
-            pool.submit(record_arm, config.output, robot, corpus_config, seeds, position)
+    side_by_side(
+        [
+            (record_arm, (config.output, robot, corpus_config, seeds, position))
             for position, robot in enumerate(config.robots)
         ]
-        for future in futures:
-            future.result()
+    )
     corpus = [EpisodeStore(corpus_dir(config.output, r)) for r in config.robots]
     rollouts = [EpisodeStore(rollouts_dir(config.output, r)) for r in config.robots]
 
