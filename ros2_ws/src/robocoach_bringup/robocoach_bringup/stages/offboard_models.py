@@ -61,7 +61,8 @@ def run(config, results: dict) -> dict:
     corpus = [EpisodeStore(corpus_dir(config.output, r)) for r in config.robots]
     rollouts = [EpisodeStore(rollouts_dir(config.output, r)) for r in config.robots]
 
-    stores = (paths.episodes, *(c.root for c in corpus), *(r.root for r in rollouts))
+    recorded = [store.root for store in corpus + rollouts]  # the judge's data; the world also gets the demos
+    stores = (paths.episodes, *recorded)
     world_metrics = {}
     if not (paths.world / META_FILE).exists():
         world_config = WorldTrainConfig(
@@ -72,7 +73,7 @@ def run(config, results: dict) -> dict:
         (world_config.out / CHECKPOINT_DIR).rename(paths.world)
     judge_metrics = {}
     if not (paths.judge / DEADLINES_FILE).exists():
-        judge_config = JudgeTrainConfig(stores=list(stores[1:]), out=paths.judge, epochs=profile.judge_epochs)
+        judge_config = JudgeTrainConfig(stores=recorded, out=paths.judge, epochs=profile.judge_epochs)
         judge, judge_metrics = train_judge(judge_config)
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
         demos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
