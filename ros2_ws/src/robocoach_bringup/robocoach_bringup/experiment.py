@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -101,7 +102,10 @@ def run_experiment(config: ExperimentConfig) -> dict:
             results.append(run_one(config.run, runs / spec.key, spec, settings, starts))
             bar.update()
     else:
-        with ProcessPoolExecutor(max_workers=config.workers) as pool:
+        # spawn, not fork: see stages.side_by_side (a forked child of a threaded process can deadlock)
+        with ProcessPoolExecutor(
+            max_workers=config.workers, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
             futures = [
                 pool.submit(run_one, config.run, runs / spec.key, spec, settings, starts) for spec in specs
             ]
