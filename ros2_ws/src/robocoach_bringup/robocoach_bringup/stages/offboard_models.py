@@ -78,13 +78,16 @@ def run(config, results: dict) -> dict:
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
         demos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
         calibrate(judge, demos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
-    return {
-        "corpus_episodes": _count(corpus),
-        "rollout_episodes": _count(rollouts),
+    data = {
+        "corpus_episodes": sum(len(store.ids()) for store in corpus),
+        "rollout_episodes": sum(len(store.ids()) for store in rollouts),
         "rollout_success": _success(rollouts),
+    }
+    return {
+        **data,
         "world_metrics": world_metrics,
         "judge_metrics": {k: v for k, v in judge_metrics.items() if not isinstance(v, dict)},
-        "markdown": _markdown(corpus, rollouts, world_metrics, judge_metrics),
+        "markdown": _markdown(data, world_metrics, judge_metrics),
     }
 
 
@@ -107,10 +110,10 @@ def record_arm(
     size = corpus_config.image_size
     info = StoreInfo(fps=SceneConfig().policy_hz, image_size=(size, size))
     corpus = EpisodeStore.create(corpus_dir(output, robot), info, exist_ok=True)
-    if _count([corpus]) == 0:
+    if not corpus.ids():
         build_corpus(robot, corpus, corpus_config, bar_position=position)
     rollouts = EpisodeStore.create(rollouts_dir(output, robot), info, exist_ok=True)
-    if _count([rollouts]) == 0:
+    if not rollouts.ids():
         library, _, versions, deadlines = load_experts(RunPaths(output).experts)
         router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
         scene = SimScene(SceneConfig(robot=robot, image_size=size))
@@ -121,19 +124,15 @@ def record_arm(
             scene.close()
 
 
-def _count(stores: list[EpisodeStore]) -> int:
-    return sum(1 for store in stores for _ in store.iter_meta())
-
-
 def _success(stores: list[EpisodeStore]) -> float:
     metas = [m for store in stores for m in store.iter_meta()]
     return sum(m.success for m in metas) / len(metas) if metas else float("nan")
 
 
-def _markdown(corpus: list[EpisodeStore], rollouts: list[EpisodeStore], world: dict, judge: dict) -> str:
+def _markdown(data: dict, world: dict, judge: dict) -> str:
     lines = [
-        f"Corpus: {_count(corpus)} scripted episodes (half with injected failures); "
-        f"bootstrap-expert rollouts: {_count(rollouts)} ({_success(rollouts):.0%} succeeded).",
+        f"Corpus: {data['corpus_episodes']} scripted episodes (half with injected failures); "
+        f"bootstrap-expert rollouts: {data['rollout_episodes']} ({data['rollout_success']:.0%} succeeded).",
     ]
     if world:
         lines.append(

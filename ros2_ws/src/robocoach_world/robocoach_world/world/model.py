@@ -173,7 +173,7 @@ class Decoder(nn.Module):
     ) -> torch.Tensor:
         """Equal to convolving the concatenated [x, skip] at every stage (see `skip_terms`)."""
         x = self.inp(h).view(h.shape[0], -1, self.side, self.side)
-        for (conv, norm, act), term in zip(self.stages, skip_terms, strict=False):
+        for (conv, norm, act), term in zip(self.stages, skip_terms[:-1], strict=True):  # the last: head's
             x = act(norm(_conv_transpose(conv, x, 0) + term))
         out = _conv_transpose(self.head, x, 0) + skip_terms[-1]
         # context + mask * (generated - context), in one pass
