@@ -5,13 +5,18 @@ FR3 in MuJoCo (here the model this project ships). It runs with `--enforce-motio
 that breaks the FCI's position, velocity, acceleration or jerk limits aborts the motion as on the real
 arm, and with a 30 mm virtual object between the fingers, so a grasp has something to close on.
 Not enforced: communication constraints (`--enforce-comm-constraints`); two Python 1 kHz loops on a
-shared 2-core machine lose cycles that the real FCI would count.
+shared 2-core machine lose cycles that the real FCI would count. A lost cycle is still extrapolated,
+and on a loaded machine the next command, smooth as it is, can be judged a discontinuity against
+that guess (the hazard libfranka documents). So the tests that move the arm run once more, on a new
+connection, when the arm aborted right after the loop missed cycles (the fault says so); an abort on a
+clean link, or a second abort, fails them.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -24,6 +29,7 @@ from robocoach_skills.robots.franka import (
     FR3_DECELERATION,
     FR3_LOWER,
     FR3_VELOCITY_OFFSET,
+    MISSED_CYCLES_NOTE,
     JointTargetFilter,
     fr3_arm,
 )
@@ -72,6 +78,28 @@ def robot(sim):
         robot.disconnect()
 
 
+def _move(sim, motion: Callable[[FrankaRobot, Callable[[], str]], None], **overrides) -> None:
+    """Run `motion(robot, log)` on a new connection, once more if the arm aborted after missed cycles.
+
+    `log()` is the server's log since this attempt connected, for the checks on what it flagged.
+    """
+    for attempt in (1, 2):
+        robot = _robot(sim, automatic_error_recovery=True, **overrides)
+        log_start = len(sim.log())
+        robot.connect()
+        try:
+            motion(robot, lambda start=log_start: sim.log()[start:])
+            return
+        except (AssertionError, RobotFaultError):
+            fault = robot.health().reason or ""
+            if attempt == 2 or MISSED_CYCLES_NOTE not in fault:
+                raise
+            print(f"\nattempt {attempt} aborted after missed cycles, once more: {fault}")
+        finally:
+            if robot.is_connected:
+                robot.disconnect()
+
+
 def _wait_for(predicate, timeout: float = 5.0, poll: float = 0.002) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -117,7 +145,11 @@ def test_connect_to_nothing_fails_and_leaves_the_robot_disconnected(sim):
 
 
 # ------------------------------------------------------------------------------------------- motion
-def test_follows_a_short_joint_trajectory_within_tolerance(robot, sim):
+def test_follows_a_short_joint_trajectory_within_tolerance(sim):
+    _move(sim, _follow_a_sine)
+
+
+def _follow_a_sine(robot: FrankaRobot, log: Callable[[], str]) -> None:
     start = np.asarray(SIM_START_POSE)
     steps = int(PERIOD * POLICY_HZ) + 1
     errors = []
@@ -142,7 +174,7 @@ def test_follows_a_short_joint_trajectory_within_tolerance(robot, sim):
     assert max(errors) < TRACKING_TOLERANCE
     assert settled < SETTLED_TOLERANCE
     assert robot.health().ok  # no motion-limit reflex: the 1 kHz command was smooth enough for the FCI
-    assert "violation" not in sim.log().lower()
+    assert "violation" not in log().lower()
 
 
 def test_disconnect_comes_to_rest_and_finishes_the_motion_cleanly(sim):
@@ -187,8 +219,12 @@ def test_nan_action_is_refused_before_reaching_the_arm(robot):
     assert robot.health().ok
 
 
-def test_targets_past_the_fr3_limits_are_clipped_and_the_arm_stays_inside(robot, sim):
+def test_targets_past_the_fr3_limits_are_clipped_and_the_arm_stays_inside(sim):
     """q6 = 0 is inside the Panda range the shared ArmSpec uses but below the FR3's 0.5445 rad."""
+    _move(sim, _drive_q6_past_its_limit)
+
+
+def _drive_q6_past_its_limit(robot: FrankaRobot, log: Callable[[], str]) -> None:
     arm = fr3_arm()
     assert arm.lower[5] == FR3_LOWER[5]
     # The command brakes to a stop where its planned envelope (sqrt(2 * margin * decel * d) - offset)
@@ -214,11 +250,15 @@ def test_targets_past_the_fr3_limits_are_clipped_and_the_arm_stays_inside(robot,
     time.sleep(SETTLE_TIME)
     assert robot.observe()[OBS_PROPRIO][5] >= arm.lower[5]
     assert robot.health().ok
-    assert "violation" not in sim.log().lower()  # franka-sim checks the FR3 limits and velocity envelope
+    assert "violation" not in log().lower()  # franka-sim checks the FR3 limits and velocity envelope
 
 
 # ------------------------------------------------------------------------------------------- gripper
-def test_gripper_homing_move_and_grasp(robot, sim):
+def test_gripper_homing_move_and_grasp(sim):
+    _move(sim, _open_move_grasp_release)  # the arm moves too: back home from where the last test left it
+
+
+def _open_move_grasp_release(robot: FrankaRobot, log: Callable[[], str]) -> None:
     home = np.asarray(SIM_START_POSE)
     assert _opening(robot) == pytest.approx(1.0)  # homing at connect opened the fingers fully
     robot.send_action(_action(home, 0.75))  # a move to 60 mm
@@ -232,6 +272,7 @@ def test_gripper_homing_move_and_grasp(robot, sim):
     robot.send_action(_action(home, 1.0))  # release: a move to fully open
     assert _wait_for(lambda: _opening(robot) == pytest.approx(1.0, abs=0.02))
     assert robot.health().ok  # every hand call succeeded (a failed move would have faulted the robot)
+    assert "violation" not in log().lower()  # nor did the arm's way home break a limit
 
 
 # ------------------------------------------------------------------------------------------- config

@@ -13,6 +13,7 @@ from robocoach_skills.robots import (
     Robot,
     RobotAlreadyConnectedError,
     RobotFaultError,
+    RobotHealth,
     RobotNotConnectedError,
     SimRobot,
     make_robot,
@@ -110,6 +111,15 @@ def test_estop_latches_until_reconnect(robot):
     robot.connect()
     assert robot.health().ok
     robot.send_action(home)
+
+
+def test_a_latched_fault_leads_what_the_live_checks_see_after_it(robot, monkeypatch):
+    """An e-stop ends a backend's control process; the error names the e-stop first, the exit second."""
+    robot.estop()
+    monkeypatch.setattr(robot, "_health", lambda: RobotHealth.fault("the control process has exited"))
+    with pytest.raises(RobotFaultError) as caught:
+        robot.send_action(np.append(robot.arm.home, 0.5))
+    assert caught.value.reason == "emergency stop requested; since then: the control process has exited"
 
 
 def test_registry_builds_by_name_and_refuses_unknown_or_duplicate_names():

@@ -194,14 +194,20 @@ class Robot(abc.ABC):
         self._estop()
 
     def _check_live_health(self) -> None:
-        """Run the backend's live checks; a new fault is latched and the robot holds, then it raises."""
+        """Run the backend's live checks; a new fault is latched and the robot holds, then it raises.
+
+        The error leads with the fault latched first (an e-stop, say), which is the cause of what the live
+        checks see after it (the backend's control process ending, say).
+        """
         health = self._health()
         if health.ok:
             return
         if self._fault is None:  # first sighting: latch it and stop commanding motion
             self._fault = health.reason
             self._hold_on_fault()
-        raise RobotFaultError(health.reason)
+        if health.reason == self._fault:
+            raise RobotFaultError(health.reason)
+        raise RobotFaultError(f"{self._fault}; since then: {health.reason}")
 
     # ------------------------------------------------------------------ backend hooks
     @abc.abstractmethod

@@ -13,7 +13,9 @@
   command 0..1 maps linearly onto 0..`max_width` as measured by homing) and `grasp` below it (the
   fingers close until they meet something and hold it with `grasp_force`);
 - a libfranka exception (a reflex, the user stop, a lost connection) ends the loop; the base class
-  latches it as a fault on the next call, as it does for every backend;
+  latches it as a fault on the next call, as it does for every backend. A fault that came right after
+  the loop missed FCI cycles says so (`missed_cycles_note`): the Control extrapolates a missed cycle,
+  and a stall mid-motion can then trip a discontinuity reflex on a smooth command stream;
 - disconnect brings the filter to rest and ends the motion with `motion_finished`; e-stop calls
   `Robot.stop()`, which preempts the running motion at once.
 
@@ -38,6 +40,7 @@ intersection of both (`fr3_arm()`), and a target the FR3 would refuse never leav
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import math
@@ -74,6 +77,9 @@ SPAWN = mp.get_context("spawn")  # no fork: the parent may hold DDS / torch thre
 STATE_FIELDS = 7 + 2  # shared arm state: q[7], monotonic time of the reading [s], the robot's clock [s]
 GRIPPER_FIELDS = 3  # shared gripper state: width [m], max_width [m], monotonic time [s]
 WORKER_JOIN_TIMEOUT = 5.0  # a worker that has not ended this long after being asked is killed [s]
+FCI_CYCLE = 0.001  # the Control's command period [s]
+MISSED_CYCLES_NOTE = "the 1 kHz loop missed"  # how a fault that followed missed cycles says so
+MISSED_CYCLES_WINDOW = 20  # reads a fault looks back over for missed cycles (the FCI aborts at 20 in a row)
 
 
 def fr3_arm() -> ArmSpec:
@@ -336,10 +342,32 @@ def _publish_arm_state(link: _ArmLink, state: Any) -> None:
         link.state[:] = (*state.q, time.monotonic(), state.time.to_sec())
 
 
+def missed_cycles_note(missed: Sequence[int]) -> str:
+    """What a fault adds when the loop missed FCI cycles just before it (`missed`: per cycle read).
+
+    The Control extrapolates a missed cycle and differences the next command against that guess, so a
+    loop that stalls mid-motion can trip a discontinuity reflex with a smooth command stream; the note
+    says so, and what to do about it.
+
+    >>> missed_cycles_note([0, 0, 0])
+    ''
+    >>> missed_cycles_note([0, 2, 0, 1])
+    ' (the 1 kHz loop missed 3 of the last 7 FCI cycles before it: run it realtime, FrankaConfig.realtime)'
+    """
+    total = sum(missed)
+    if total == 0:
+        return ""
+    return (
+        f" ({MISSED_CYCLES_NOTE} {total} of the last {total + len(missed)} FCI cycles before it:"
+        " run it realtime, FrankaConfig.realtime)"
+    )
+
+
 def _arm_process(config: FrankaConfig, limits: MotionLimits, link: _ArmLink) -> None:
     """Body of the arm process: configure the arm, then the 1 kHz joint-position loop."""
     import pylibfranka as franka
 
+    missed = collections.deque(maxlen=MISSED_CYCLES_WINDOW)  # FCI cycles skipped before each read
     try:
         realtime = franka.RealtimeConfig.kEnforce if config.realtime else franka.RealtimeConfig.kIgnore
         robot = franka.Robot(config.robot_ip, realtime)
@@ -363,6 +391,7 @@ def _arm_process(config: FrankaConfig, limits: MotionLimits, link: _ArmLink) -> 
         stop_goal = None
         while True:
             state, period = control.readOnce()
+            missed.append(max(round(period.to_sec() / FCI_CYCLE) - 1, 0))
             _publish_arm_state(link, state)
             if link.estop.is_set():
                 robot.stop()
@@ -381,7 +410,7 @@ def _arm_process(config: FrankaConfig, limits: MotionLimits, link: _ArmLink) -> 
             if out.motion_finished:
                 return
     except Exception as error:  # every libfranka error ends the loop; the parent reports it
-        link.errors.put(f"{type(error).__name__}: {error}")
+        link.errors.put(f"{type(error).__name__}: {error}{missed_cycles_note(missed)}")
 
 
 def _gripper_process(config: FrankaConfig, link: _GripperLink) -> None:
