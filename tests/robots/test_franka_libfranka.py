@@ -78,13 +78,13 @@ def robot(sim):
         robot.disconnect()
 
 
-def _move(sim, motion: Callable[[FrankaRobot, Callable[[], str]], None], **overrides) -> None:
+def _move(sim, motion: Callable[[FrankaRobot, Callable[[], str]], None]) -> None:
     """Run `motion(robot, log)` on a new connection, once more if the arm aborted after missed cycles.
 
     `log()` is the server's log since this attempt connected, for the checks on what it flagged.
     """
     for attempt in (1, 2):
-        robot = _robot(sim, automatic_error_recovery=True, **overrides)
+        robot = _robot(sim, automatic_error_recovery=True)
         log_start = len(sim.log())
         robot.connect()
         try:
