@@ -11,7 +11,7 @@ that guess (the hazard libfranka documents). So the tests that move the arm run 
 connection, when the arm aborted right after the loop missed cycles (the fault says so), up to
 MOTION_ATTEMPTS times. An abort on a clean link fails them; when every attempt aborted after missed
 cycles they xfail with the fault, since the FCI would abort there too: what they check then needs a
-realtime loop, which this machine cannot give (inside the whole suite it happened to 2 of 2 tests).
+realtime loop, which this machine cannot give (inside the whole suite: 1 or 2 of these tests per run).
 """
 
 from __future__ import annotations
