@@ -20,6 +20,7 @@ from robocoach_bringup.stages.ridi_rounds import coach_state_dir, coached_expert
 from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.device import select_device
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
 from robocoach_skills.measures import budget_auc, first_failure_agreement, subtask_completion, wilson_interval
 from robocoach_skills.router import Router, RouterConfig
@@ -55,10 +56,12 @@ def evaluate_arm(
 ) -> dict:
     """Deployed and imagined success of every composition at every checkpoint of one arm."""
     torch.set_num_threads(TORCH_THREADS)
+    device = select_device()
     library, registry, _, _ = load_experts(coached_experts_dir(output, robot))
-    detector_args, deadlines = judge_detector_args(RunPaths(output).judge, robot)
+    library.to(device)
+    detector_args, deadlines = judge_detector_args(RunPaths(output).judge, robot, device)
     judge, verdict = detector_args["judge"], detector_args["verdict"]
-    world, _ = load_world(RunPaths(output).world, "cpu")
+    world, _ = load_world(RunPaths(output).world, device)
     scene = SimScene(SceneConfig(robot=robot))
     seeds = evaluation_seeds(rollouts)
     compositions = (

@@ -36,6 +36,7 @@ from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
 from robocoach_skills.composition import Composition
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.device import select_device
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
 from robocoach_skills.experts.artifacts import load_backbone
 from robocoach_skills.experts.baselines import EndToEndPolicy, SharedAdapterPolicy
@@ -232,10 +233,13 @@ class _Run:
         self.method = METHODS[spec.method]
         self.train, self.held_out = compositions_of(spec.robot, settings)
         prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
+        # one device for every model of the run: adapter updates move the policy to `select_device`
+        self.device = select_device()
         self.library, versions = load_policy(run_dir / "experts", self.method)
+        self.library.to(self.device)
         self.store = EpisodeStore(run_dir / "episodes")
         self.scene = SimScene(SceneConfig(robot=spec.robot, image_size=settings.image_size))
-        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", spec.robot)
+        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", spec.robot, self.device)
         self.eval_seeds = evaluation_seeds(settings.eval_rollouts)
         schedule = CoachConfig(  # every method's: budget, rounds, update steps and replay
             budget=settings.budget,
@@ -288,7 +292,7 @@ class _Run:
         s, seed = self.settings, self.spec.seed
         seeds = imagination_seeds(s.initial_states)
         if self.method.targets == Targets.WORLD_MODEL:
-            world, _ = load_world(inputs / "world", "cpu")
+            world, _ = load_world(inputs / "world", self.device)
             imagination = ImaginationConfig(
                 num_rollouts=s.imagined_rollouts, num_world_seeds=s.num_world_seeds,
                 agreement=min(2, s.num_world_seeds), horizon=s.horizon, seed=seed,

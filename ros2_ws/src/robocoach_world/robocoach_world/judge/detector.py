@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from robocoach_skills.composition import Subtask
 from robocoach_skills.constants import OBS_IMAGE
 from robocoach_skills.router import CompletionDetector, RouterConfig, register_detector
@@ -44,7 +46,9 @@ class JudgeDetector(CompletionDetector):
         return bool(self.rule.update(self.online.done)[0])
 
 
-def judge_detector_args(judge_dir: Path, robot: str, device: str = "cpu") -> tuple[dict, Deadlines]:
+def judge_detector_args(
+    judge_dir: Path, robot: str, device: torch.device | str = "cpu"
+) -> tuple[dict, Deadlines]:
     """Router `detector_args` for the judge in `judge_dir` on `robot`, and its frozen deadlines.
 
     The done rule is the one the deadlines were calibrated under, as in imagination.

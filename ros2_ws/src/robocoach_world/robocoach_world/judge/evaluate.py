@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from robocoach_skills import measures
 from robocoach_skills.composition import Composition
+from robocoach_skills.device import select_device
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.data import load_episodes, segments_of
 from robocoach_world.judge.model import PROGRESS, ProgressJudge
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    judge, verdict_config, _ = load_judge(args.judge)
+    device = select_device()
+    judge, verdict_config, _ = load_judge(args.judge, device)
     deadlines_path = args.judge / DEADLINES_FILE
     if not deadlines_path.exists():
         if not args.calibration:
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     verdict_config = deadlines.verdict_config(verdict_config)
     videos = load_episodes(args.stores)
     if args.world is not None:
-        world, _ = load_world(args.world, "cpu")
+        world, _ = load_world(args.world, device)
         videos = [imagined_twin(world, v) for v in tqdm(videos, desc="imagined twins", unit="episode")]
     results = evaluate_judge(judge, videos, deadlines, verdict_config)
     print(format_table(results))
