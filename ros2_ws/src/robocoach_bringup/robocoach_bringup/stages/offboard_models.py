@@ -73,7 +73,9 @@ def run(config, results: dict) -> dict:
         (world_config.out / CHECKPOINT_DIR).rename(paths.world)
     judge_metrics = {}
     if not (paths.judge / DEADLINES_FILE).exists():
-        judge_config = JudgeTrainConfig(stores=recorded, out=paths.judge, epochs=profile.judge_epochs)
+        judge_config = JudgeTrainConfig(
+            stores=recorded, out=paths.judge, epochs=profile.judge_epochs, prior=profile.judge_prior
+        )
         judge, judge_metrics = train_judge(judge_config)
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
         demos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
