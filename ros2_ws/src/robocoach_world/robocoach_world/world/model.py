@@ -89,6 +89,10 @@ class LossConfig:
     history_noise: float = 0.05  # max std of pixel noise on history frames (drawn per sequence)
     latent_noise: float = 0.01  # std of noise added to h after every step
     vary_history: bool = True  # train on the last 1..Th history frames (drawn per batch), not always Th
+    # Extra weight of pixels that change from the last real frame: the arm is a few percent of the
+    # frame, so plain MSE is met by copying the last frame (0: plain MSE over the frame).
+    motion_weight: float = 0.0
+    motion_threshold: float = 0.05  # change of a pixel (max over RGB, in [0, 1]) that counts as motion
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -359,7 +363,7 @@ class CoachWorld(nn.Module):
             hs.append(h)
         frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
         weight = valid / valid.sum().clamp(min=1)
-        image_mse = ((frames.permute(0, 1, 3, 4, 2) - target) ** 2).mean(dim=(2, 3, 4))  # (B, K)
+        image_mse = motion_weighted_mse(frames.permute(0, 1, 3, 4, 2), target, clean[:, -1], loss)  # (B, K)
         mask = self.channel_masks[robot_ids][:, None]
         proprio_mse = (((proprio - batch["future_proprio"]) * mask) ** 2).sum(-1) / mask.sum(-1)  # (B, K)
         kl = torch.stack(kls, dim=1)  # (B, K) nats per step
@@ -377,6 +381,27 @@ class CoachWorld(nn.Module):
             "kl": kl_term.item(),
         }
         return total, parts
+
+
+def motion_weighted_mse(
+    frames: torch.Tensor, target: torch.Tensor, last: torch.Tensor, loss: LossConfig
+) -> torch.Tensor:
+    """Per-frame MSE (B, K) of frames vs target (B, K, S, S, 3) in [0, 1], a weighted mean over pixels.
+
+    Pixels where the target differs from `last` (B, S, S, 3), the last real frame, by more than
+    `loss.motion_threshold` weigh 1 + `loss.motion_weight`, the others 1.
+
+    >>> target = torch.zeros(1, 1, 1, 2, 3); target[..., 1, :] = 1.0      # pixel 1 moved
+    >>> frames = torch.zeros(1, 1, 1, 2, 3)                                 # copy of the last frame
+    >>> motion_weighted_mse(frames, target, torch.zeros(1, 1, 2, 3), LossConfig(motion_weight=0.0))
+    tensor([[0.5000]])
+    >>> motion_weighted_mse(frames, target, torch.zeros(1, 1, 2, 3), LossConfig(motion_weight=3.0))
+    tensor([[0.8000]])
+    """
+    error = ((frames - target) ** 2).mean(-1)  # (B, K, S, S)
+    moved = (target - last[:, None]).abs().amax(-1) > loss.motion_threshold
+    weight = 1 + loss.motion_weight * moved.float()
+    return (error * weight).sum((2, 3)) / weight.sum((2, 3))
 
 
 def _kl(qm: torch.Tensor, qs: torch.Tensor, pm: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
