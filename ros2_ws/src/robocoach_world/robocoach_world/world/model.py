@@ -399,6 +399,8 @@ def motion_weighted_mse(
     tensor([[0.8000]])
     """
     error = ((frames - target) ** 2).mean(-1)  # (B, K, S, S)
+    if loss.motion_weight == 0:  # the default: plain MSE, no motion mask to build
+        return error.mean((2, 3))
     moved = (target - last[:, None]).abs().amax(-1) > loss.motion_threshold
     weight = 1 + loss.motion_weight * moved.float()
     return (error * weight).sum((2, 3)) / weight.sum((2, 3))
