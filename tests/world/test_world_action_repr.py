@@ -12,6 +12,7 @@ from robocoach_skills.constants import ROBOTS
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import training_compositions
 from robocoach_world.world.action_repr import REPR_DIM, AgnosticKinematics
+from robocoach_world.world.arm_sketch import ArmSketch
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,27 @@ def test_bad_robot_ids_are_refused(kinematics):
         kinematics.encode(actions, torch.tensor([0, len(ROBOTS)]))
     with pytest.raises(ValueError, match="channels"):
         kinematics.encode(torch.zeros(2, 7), torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_the_arm_sketch_draws_the_hand_and_links_where_the_scene_camera_sees_them(kinematics, robot):
+    size = 64
+    sketch = ArmSketch(kinematics)
+    scene = _moved_scene(robot, 3)
+    q = np.append(scene.joint_positions(), 0.5).astype(np.float32)
+    maps = sketch(torch.from_numpy(pad(robot, q))[None], torch.tensor([robot_id(robot)]), size)[0].numpy()
+    hand_col, hand_row = scene.project(scene.ee_pose()[0][None])[0]
+    row, col = np.unravel_index(maps[1].argmax(), maps[1].shape)
+    assert abs(col + 0.5 - hand_col) <= 1 and abs(row + 0.5 - hand_row) <= 1
+    np.testing.assert_allclose(maps[2], 0.5 * maps[1], atol=1e-6)  # grip: the hand blob x opening
+    # every arm body the camera sees lies on a link ridge (the bodies' own world positions, from MuJoCo)
+    bodies = [scene.model.jnt_bodyid[scene.model.joint(name).id] for name in scene.arm.joint_names]
+    seen = 0
+    for col_b, row_b in scene.project(scene.data.xpos[bodies]):
+        if 0 <= col_b < size and 0 <= row_b < size:
+            seen += 1
+            assert maps[0][int(row_b), int(col_b)] > 0.3
+    assert seen >= 2
+    far = maps[0] < 1e-3
+    assert far.mean() > 0.5  # and most of the image is far from the arm
+    scene.close()

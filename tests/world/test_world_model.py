@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from robocoach_skills.action_contract import ACTION_DIM
+from robocoach_world.world.arm_sketch import SKETCH_CHANNELS
 from robocoach_world.world.model import CoachWorld, WorldConfig, WorldState
 
 SIZE = 32
@@ -121,19 +123,44 @@ def test_reduced_precision_frames_stay_close_and_leave_proprio_and_state_exact(m
 
 
 def test_decoder_with_precomputed_skip_terms_equals_convolving_the_concatenation(model):
-    # the reference: every stage's own layers on [x, skip], as the decoder was first written
+    # the reference: every stage's own layers on [x, skip] plus its sketch conv on [sketch, context sketch]
     decoder = model.decoder
+    pool = lambda m, side: nn.functional.avg_pool2d(m, SIZE // side)  # noqa: E731
     with torch.no_grad():
         frame = torch.rand(len(IDS), 3, SIZE, SIZE)
+        sketch, context_sketch = torch.rand(2, len(IDS), SKETCH_CHANNELS, SIZE, SIZE)
         _, skips = model.encoder(frame)
         h = torch.randn(len(IDS), TINY.hidden_dim)
         x = decoder.inp(h).view(len(IDS), -1, decoder.side, decoder.side)
         reversed_skips = tuple(reversed(skips))
-        for stage, skip in zip(decoder.stages, reversed_skips, strict=False):
-            x = stage(torch.cat([x, skip], dim=1))
+        for i, (stage, skip) in enumerate(zip(decoder.stages, reversed_skips, strict=False)):
+            pre = stage[0](torch.cat([x, skip], dim=1))
+            sketches = torch.cat([sketch, context_sketch], dim=1)
+            x = stage[2](stage[1](pre + decoder.sketch_convs[i](pool(sketches, pre.shape[-1]))))
         out = decoder.head(torch.cat([x, reversed_skips[-1]], dim=1))
+        out = out + decoder.sketch_convs[-1](torch.cat([sketch, context_sketch], dim=1))
         mask = torch.sigmoid(out[:, 3:])
         reference = mask * torch.sigmoid(out[:, :3]) + (1 - mask) * frame
-        decoded = decoder(h, frame, decoder.skip_terms(skips))
-    assert len(decoder.skip_terms(skips)) == len(TINY.channels)
+        terms = decoder.skip_terms(skips, context_sketch)
+        decoded = decoder(h, frame, terms, sketch)
+    assert len(terms) == len(TINY.channels)
     torch.testing.assert_close(decoded, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_without_arm_sketches_the_model_builds_no_sketch_convs_and_still_imagines():
+    torch.manual_seed(0)
+    plain = CoachWorld(WorldConfig(**{**TINY.__dict__, "arm_sketch": False})).eval()
+    assert plain.sketch is None and len(plain.decoder.sketch_convs) == 0
+    _, frames, proprio = plain.imagine(plain.observe(*_history(2), IDS), _actions(3), IDS)
+    assert frames.shape == (len(IDS), 3, SIZE, SIZE, 3) and proprio.shape == (len(IDS), 3, ACTION_DIM)
+
+
+def test_the_decoded_frame_follows_the_sketched_arm(model):
+    """Same hidden state, different arm poses: the frames differ (the sketch reaches the pixels)."""
+    state = model.observe(*_history(1), IDS)
+    actions = _actions(1)
+    moved = actions.clone()
+    moved[:, :, 1] += 0.6  # shoulder joint of both arms
+    _, frames, _ = model.imagine(state, actions, IDS, torch.Generator().manual_seed(0))
+    _, frames_moved, _ = model.imagine(state, moved, IDS, torch.Generator().manual_seed(0))
+    assert (frames.float() - frames_moved.float()).abs().amax() > 0

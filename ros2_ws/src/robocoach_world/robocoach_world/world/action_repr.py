@@ -19,6 +19,8 @@ torch.Size([2, 10])
 
 from __future__ import annotations
 
+from functools import cache
+
 import mujoco
 import numpy as np
 import torch
@@ -31,6 +33,12 @@ from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.sim.layout import get_layout
 
 REPR_DIM = 3 + 6 + 1  # TCP position, 6D rotation, gripper
+
+
+@cache
+def scene_model(robot: str) -> mujoco.MjModel:
+    """The MuJoCo scene model of `robot` (`sim/mjcf.py`): the one source of its kinematics and camera."""
+    return mujoco.MjModel.from_xml_string(mjcf.build_scene_xml(get_arm(robot), get_layout(robot)))
 
 
 def _quat_to_matrix(quat: np.ndarray) -> np.ndarray:
@@ -59,7 +67,7 @@ class ArmChain(nn.Module):
     def __init__(self, robot: str) -> None:
         super().__init__()
         arm = get_arm(robot)
-        model = mujoco.MjModel.from_xml_string(mjcf.build_scene_xml(arm, get_layout(robot)))
+        model = scene_model(robot)
         site = model.site(mjcf.TCP_SITE)
         bodies = []
         body = int(site.bodyid[0])
@@ -91,11 +99,13 @@ class ArmChain(nn.Module):
         self.register_buffer("site_rot", as_t(_quat_to_matrix(model.site_quat[site.id])), persistent=False)
         self.register_buffer("site_pos", as_t(model.site_pos[site.id]), persistent=False)
 
-    def forward(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, n_joints) joint positions [rad] -> TCP position (N, 3) [m], rotation (N, 3, 3), world frame."""
+    def walk(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, n_joints) joint positions [rad] -> the origin of every body on the chain and the TCP (last)
+        (N, n_bodies + 1, 3) [m], and the TCP rotation (N, 3, 3), world frame."""
         n = q.shape[0]
         rot = torch.eye(3, dtype=q.dtype, device=q.device).expand(n, 3, 3)
         pos = torch.zeros(n, 3, dtype=q.dtype, device=q.device)
+        points = []
         for b, slot in enumerate(self.joint_slot):
             pos = pos + rot @ self.body_pos[b]
             rot = rot @ self.body_rot[b]
@@ -103,7 +113,14 @@ class ArmChain(nn.Module):
                 hinge = _axis_rotation(self.axis[b], q[:, slot])
                 pos = pos + (rot @ (self.anchor[b] - hinge @ self.anchor[b]).unsqueeze(-1)).squeeze(-1)
                 rot = rot @ hinge
-        return pos + rot @ self.site_pos, rot @ self.site_rot
+            points.append(pos)
+        points.append(pos + rot @ self.site_pos)
+        return torch.stack(points, dim=1), rot @ self.site_rot
+
+    def forward(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, n_joints) joint positions [rad] -> TCP position (N, 3) [m], rotation (N, 3, 3), world frame."""
+        points, rot = self.walk(q)
+        return points[:, -1], rot
 
 
 class AgnosticKinematics(nn.Module):
@@ -113,8 +130,11 @@ class AgnosticKinematics(nn.Module):
         super().__init__()
         self.chains = nn.ModuleList(ArmChain(robot) for robot in ROBOTS)
 
-    def tcp_pose(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(..., ACTION_DIM) padded vectors -> TCP position (..., 3), rotation (..., 3, 3).
+        self.n_points = max(len(chain.joint_slot) + 1 for chain in self.chains)
+
+    def walk(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(..., ACTION_DIM) padded vectors -> the chain's points (..., n_points, 3) (`ArmChain.walk`; an arm
+        with fewer bodies repeats its TCP, so the last point is always the TCP), TCP rotation (..., 3, 3).
 
         `robot_ids` (long) covers the leading axes of `padded` or a prefix of them, e.g. (B,) for (B, K, 8).
         """
@@ -129,14 +149,20 @@ class AgnosticKinematics(nn.Module):
             robot_ids.reshape(*robot_ids.shape, *[1] * (len(lead) - robot_ids.dim())).expand(lead).reshape(-1)
         )
         flat = padded.reshape(-1, ACTION_DIM)
-        pos = flat.new_zeros(flat.shape[0], 3)
+        points = flat.new_zeros(flat.shape[0], self.n_points, 3)
         rot = flat.new_zeros(flat.shape[0], 3, 3)
         for rid, chain in enumerate(self.chains):
             rows = (ids == rid).nonzero(as_tuple=True)[0]
             if rows.numel():
-                p, r = chain(flat[rows, : JOINTS_PER_ROBOT[ROBOTS[rid]]])
-                pos, rot = pos.index_copy(0, rows, p), rot.index_copy(0, rows, r)
-        return pos.reshape(*lead, 3), rot.reshape(*lead, 3, 3)
+                p, r = chain.walk(flat[rows, : JOINTS_PER_ROBOT[ROBOTS[rid]]])
+                p = torch.cat([p, p[:, -1:].expand(-1, self.n_points - p.shape[1], -1)], dim=1)
+                points, rot = points.index_copy(0, rows, p), rot.index_copy(0, rows, r)
+        return points.reshape(*lead, self.n_points, 3), rot.reshape(*lead, 3, 3)
+
+    def tcp_pose(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(..., ACTION_DIM) padded vectors -> TCP position (..., 3), rotation (..., 3, 3) (see `walk`)."""
+        points, rot = self.walk(padded, robot_ids)
+        return points[..., -1, :], rot
 
     def encode(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
         """(..., ACTION_DIM), (...) -> (..., REPR_DIM): TCP position, 6D rotation, gripper (last channel)."""

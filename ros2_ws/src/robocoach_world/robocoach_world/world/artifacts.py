@@ -23,7 +23,7 @@ from robocoach_world.world.model import CoachWorld, WorldConfig
 
 KIND = "coachworld"
 CHECKPOINT_DIR = "checkpoint"  # where world.train writes the checkpoint inside its --out directory
-MODEL_VERSION = 1  # bump when the architecture changes so that old weights must not be loaded
+MODEL_VERSION = 2  # bump when the architecture changes so that old weights must not be loaded
 
 
 def save_world(directory: Path, model: CoachWorld, extra: dict[str, Any]) -> Path:

@@ -9,9 +9,10 @@ Structure (SVG-LP / RSSM-like, small enough for a CPU, wider by `WorldConfig` on
               `action_repr`, plus the arm's embedding):
                   z_k ~ prior(h_k, a_k)              learned Gaussian prior over a latent noise variable
                   h_{k+1} = GRUCell([z_k, a_k], h_k)  the deterministic path never sees a real future frame
-                  frame_{k+1} = decoder(h_{k+1}, skips), composited over the last real frame by a
-                                predicted mask (the scene stays put unless something moves it)
                   proprio_{k+1} = a_k + delta(h_{k+1}) on the arm's channels (servos track their targets)
+                  frame_{k+1} = decoder(h_{k+1}, skips, sketch(proprio_{k+1})), composited over the last
+                                real frame by a predicted mask (the scene stays put unless something
+                                moves it); the sketch draws where the arm is (`arm_sketch.py`)
     training: z_k from the posterior q(z_k | h_k, a_k, frame_{k+1}) with KL(q || prior); for a fraction
               of sequences from the prior, so the free-running path is trained as it is used.
 
@@ -34,6 +35,7 @@ from torch import nn
 from robocoach_skills.action_contract import ACTION_DIM, channel_mask
 from robocoach_skills.constants import ROBOTS
 from robocoach_world.world.action_repr import REPR_DIM, AgnosticKinematics
+from robocoach_world.world.arm_sketch import SKETCH_CHANNELS, ArmSketch
 
 GROUPS = 4  # GroupNorm groups in every conv stage
 MASK_BIAS = -3.0  # initial logit of the generated-pixel mask: start close to copying the context frame
@@ -50,6 +52,11 @@ class WorldConfig:
     latent_dim: int = 16  # stochastic z per step
     robot_dim: int = 16  # arm-identity embedding
     min_std: float = 0.05  # floor of the prior/posterior std (keeps sampling and KL well conditioned)
+    # Condition the decoder on sketches of where the arm is (`arm_sketch`): of the predicted proprio in
+    # each frame and of the last real one (where the arm must be erased). Widths: fractions of the edge.
+    arm_sketch: bool = True
+    sketch_link_width: float = 0.02
+    sketch_hand_width: float = 0.03
 
     def __post_init__(self) -> None:
         self.channels = tuple(self.channels)
@@ -146,6 +153,9 @@ class Decoder(nn.Module):
     The output composites generated pixels over the context frame through a predicted mask: most of
     the scene stays where it was, so the network spends its capacity on what moves. The mask starts
     mostly closed (the copy-last-frame prediction) and opens where training shows motion.
+
+    With `WorldConfig.arm_sketch`, every stage and the head also convolve [sketch of the frame's arm,
+    sketch of the context frame's arm] at their output resolution (3x3, added before the norm).
     """
 
     def __init__(self, config: WorldConfig) -> None:
@@ -158,28 +168,51 @@ class Decoder(nn.Module):
         # The full-resolution stage writes RGB + mask directly: it is the most expensive one per channel.
         self.head = nn.ConvTranspose2d(2 * c[0], 4, 4, 2, 1)
         nn.init.constant_(self.head.bias[3], MASK_BIAS)
+        self.image_size = config.image_size
+        outs = (*ins[1:], 4) if config.arm_sketch else ()
+        self.sketch_convs = nn.ModuleList(nn.Conv2d(2 * SKETCH_CHANNELS, o, 3, padding=1) for o in outs)
 
-    def skip_terms(self, skips: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def skip_terms(
+        self, skips: tuple[torch.Tensor, ...], context_sketch: torch.Tensor | None
+    ) -> tuple[torch.Tensor, ...]:
         """The skip half of every stage's transposed convolution (bias included), one per stage + head.
 
         Each stage convolves [x, skip]; that is linear, so it splits into conv(x) + conv(skip). The
         skips come from the context frame and stay fixed over a rollout: computed once here, they
-        halve the convolution work of every decoded frame.
+        halve the convolution work of every decoded frame. The context frame's arm sketch (N, 3, S, S)
+        (None without `arm_sketch`) is fixed too and joins the same terms.
         """
         convs = [stage[0] for stage in self.stages] + [self.head]
-        return tuple(
+        terms = [
             _conv_transpose(conv, skip, conv.in_channels - skip.shape[1], conv.bias)
             for conv, skip in zip(convs, reversed(skips), strict=True)
-        )
+        ]
+        for i, conv in enumerate(self.sketch_convs):
+            sketch = self._at(context_sketch, terms[i].shape[-1])
+            terms[i] = terms[i] + _conv(conv, sketch, SKETCH_CHANNELS, conv.bias)
+        return tuple(terms)
+
+    def _at(self, sketch: torch.Tensor, side: int) -> torch.Tensor:
+        """A full-resolution sketch averaged down to side x side."""
+        factor = self.image_size // side
+        return sketch if factor == 1 else nn.functional.avg_pool2d(sketch, factor)
 
     def forward(
-        self, h: torch.Tensor, context: torch.Tensor, skip_terms: tuple[torch.Tensor, ...]
+        self,
+        h: torch.Tensor,
+        context: torch.Tensor,
+        skip_terms: tuple[torch.Tensor, ...],
+        sketch: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Equal to convolving the concatenated [x, skip] at every stage (see `skip_terms`)."""
+        """Equal to convolving the concatenated [x, skip] at every stage (see `skip_terms`); `sketch`
+        (N, 3, S, S): this frame's arm (required with `arm_sketch`)."""
+        terms = list(skip_terms)
+        for i, conv in enumerate(self.sketch_convs):
+            terms[i] = terms[i] + _conv(conv, self._at(sketch, terms[i].shape[-1]), 0)
         x = self.inp(h).view(h.shape[0], -1, self.side, self.side)
-        for (conv, norm, act), term in zip(self.stages, skip_terms[:-1], strict=True):  # the last: head's
+        for (conv, norm, act), term in zip(self.stages, terms[:-1], strict=True):  # the last: head's
             x = act(norm(_conv_transpose(conv, x, 0) + term))
-        out = _conv_transpose(self.head, x, 0) + skip_terms[-1]
+        out = _conv_transpose(self.head, x, 0) + terms[-1]
         # context + mask * (generated - context), in one pass
         return torch.lerp(context, torch.sigmoid(out[:, :3]), torch.sigmoid(out[:, 3:]))
 
@@ -190,6 +223,12 @@ def _conv_transpose(
     """`conv` applied to x as its input channels first..first + C (the others read as zeros)."""
     weight = conv.weight[first : first + x.shape[1]]
     return nn.functional.conv_transpose2d(x, weight, bias, conv.stride, conv.padding)
+
+
+def _conv(conv: nn.Conv2d, x: torch.Tensor, first: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`conv` applied to x as its input channels first..first + C (the others read as zeros)."""
+    weight = conv.weight[:, first : first + x.shape[1]]
+    return nn.functional.conv2d(x, weight, bias, conv.stride, conv.padding)
 
 
 def _mlp(d_in: int, d_out: int, width: int) -> nn.Sequential:
@@ -203,6 +242,9 @@ class CoachWorld(nn.Module):
         super().__init__()
         self.config = c = config or WorldConfig()
         self.kinematics = AgnosticKinematics()
+        self.sketch = (
+            ArmSketch(self.kinematics, c.sketch_link_width, c.sketch_hand_width) if c.arm_sketch else None
+        )
         self.robot = nn.Embedding(len(ROBOTS), c.robot_dim)
         self.encoder = Encoder(c)
         self.obs_proprio = _mlp(REPR_DIM + ACTION_DIM, c.embed_dim, c.embed_dim)
@@ -240,7 +282,18 @@ class CoachWorld(nn.Module):
         _, last = self.history(emb)  # (1, B, H)
         h = torch.tanh(self.init_h(torch.cat([last[0], self.robot(robot_ids)], dim=-1)))
         context = images[:, -1] if context is None else context
-        return WorldState(h, context.permute(0, 3, 1, 2), self.decoder.skip_terms(skips), robot_ids)
+        context_sketch = self._sketch(proprio[:, -1:], robot_ids)
+        terms = self.decoder.skip_terms(skips, None if context_sketch is None else context_sketch[:, 0])
+        return WorldState(h, context.permute(0, 3, 1, 2), terms, robot_ids)
+
+    def _sketch(self, proprio: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor | None:
+        """(B, K, 8) proprio -> (B, K, 3, S, S) arm sketches (`arm_sketch`), None without them."""
+        if self.sketch is None:
+            return None
+        b, k = proprio.shape[:2]
+        ids = robot_ids[:, None].expand(b, k).reshape(-1)
+        maps = self.sketch(proprio.detach().reshape(b * k, -1).float(), ids, self.config.image_size)
+        return maps.view(b, k, *maps.shape[1:])
 
     def _actions(self, actions: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
         """(B, K, 8) padded joint targets -> (B, K, E) agnostic action features."""
@@ -265,14 +318,17 @@ class CoachWorld(nn.Module):
         step, and frames end as 8-bit pixels anyway. Proprio and the latent path stay float32.
         """
         k = hs.shape[1]
-        # Step by step: the skip terms are shared, and copying them K times costs more than the convolutions.
-        with torch.autocast(hs.device.type, dtype=frame_dtype, enabled=frame_dtype is not None):
-            frames = torch.stack(
-                [self.decoder(hs[:, j], state.context, state.skip_terms) for j in range(k)], dim=1
-            ).float()
         arm = self.robot(state.robot_ids)[:, None].expand(-1, k, -1)
         mask = self.channel_masks[state.robot_ids][:, None]  # (B, 1, 8)
         proprio = (actions + self.proprio_delta(torch.cat([hs, arm], dim=-1))) * mask
+        sketches = self._sketch(proprio, state.robot_ids)  # where the predicted arm is, frame by frame
+        sketch_at = [None if sketches is None else sketches[:, j] for j in range(k)]
+        # Step by step: the skip terms are shared, and copying them K times costs more than the convolutions.
+        with torch.autocast(hs.device.type, dtype=frame_dtype, enabled=frame_dtype is not None):
+            frames = torch.stack(
+                [self.decoder(hs[:, j], state.context, state.skip_terms, sketch_at[j]) for j in range(k)],
+                dim=1,
+            ).float()
         return frames, proprio
 
     # ------------------------------------------------------------------ inference API

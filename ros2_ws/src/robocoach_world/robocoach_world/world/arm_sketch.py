@@ -1,0 +1,87 @@
+"""Arm sketches: where the arm is in the camera image, drawn from its joint positions.
+
+CoachWorld predicts its own proprioception; the arm's pose then says where the arm must appear in the
+frame. A decoder that only sees a hidden vector has to learn that geometry from pixels, which takes far
+longer than this machine trains (it learns to copy the last frame instead). The sketch hands it over:
+the arm's kinematic chain (`AgnosticKinematics.walk`) projected through the calibrated camera into
+soft maps the decoder is conditioned on. The network still draws every pixel; the sketch only says
+where. The camera is the scene's own (`sim/mjcf.py`); on a real cell it is the hand-eye calibration.
+
+Channels (each in [0, 1], on a (size x size) grid):
+    0  links:   Gaussian ridge along every segment between consecutive chain points
+    1  hand:    Gaussian blob at the tool centre point
+    2  grip:    the hand blob times the gripper opening
+
+>>> from robocoach_skills.action_contract import ACTION_DIM
+>>> sketch = ArmSketch(AgnosticKinematics())
+>>> maps = sketch(torch.zeros(2, ACTION_DIM), torch.tensor([0, 1]), size=32)
+>>> tuple(maps.shape), bool(maps.amax() <= 1)
+((2, 3, 32, 32), True)
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import torch
+from torch import nn
+
+from robocoach_skills.constants import ROBOTS
+from robocoach_skills.sim import mjcf
+from robocoach_world.world.action_repr import AgnosticKinematics, scene_model
+
+SKETCH_CHANNELS = 3
+MIN_DEPTH = 1e-3  # [m] points behind the camera are clamped here (they land far off the image)
+
+
+class ArmSketch(nn.Module):
+    """Padded joint vectors -> arm sketches (N, SKETCH_CHANNELS, size, size) (module docstring).
+
+    link_width and hand_width: std of the ridge and the blob as a fraction of the image edge.
+    """
+
+    def __init__(self, kinematics: AgnosticKinematics, link_width: float = 0.02, hand_width: float = 0.03):
+        super().__init__()
+        if not (link_width > 0 and hand_width > 0):
+            raise ValueError(f"sketch widths must be positive, got {link_width!r}, {hand_width!r}")
+        self.kinematics = kinematics
+        self.link_width, self.hand_width = link_width, hand_width
+        pos, rot, focal = [], [], []
+        for robot in ROBOTS:
+            model = scene_model(robot)
+            data = mujoco.MjData(model)
+            mujoco.mj_forward(model, data)
+            cam = model.camera(mjcf.CAMERA).id
+            pos.append(torch.tensor(data.cam_xpos[cam], dtype=torch.float32))
+            rot.append(torch.tensor(data.cam_xmat[cam].reshape(3, 3), dtype=torch.float32))
+            focal.append(0.5 / math.tan(math.radians(float(model.cam_fovy[cam])) / 2))  # per image edge
+        self.register_buffer("cam_pos", torch.stack(pos), persistent=False)  # (n_robots, 3) world
+        self.register_buffer("cam_rot", torch.stack(rot), persistent=False)  # columns: camera axes in world
+        self.register_buffer("focal", torch.tensor(focal), persistent=False)  # (n_robots,)
+
+    def project(self, points: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
+        """World points (N, P, 3) [m] of each row's arm -> image coordinates (N, P, 2) as (column, row)
+        fractions of the edge, row 0 at the top (what `SimScene.project` gives, divided by the size)."""
+        local = (points - self.cam_pos[robot_ids][:, None]) @ self.cam_rot[robot_ids]
+        depth = (-local[..., 2]).clamp(min=MIN_DEPTH)  # MuJoCo cameras look along their -z axis
+        scale = self.focal[robot_ids][:, None] / depth
+        return torch.stack([0.5 + scale * local[..., 0], 0.5 - scale * local[..., 1]], dim=-1)
+
+    @torch.no_grad()
+    def forward(self, padded: torch.Tensor, robot_ids: torch.Tensor, size: int) -> torch.Tensor:
+        """(N, ACTION_DIM) padded joint positions + gripper, (N,) arm ids -> (N, 3, size, size) maps."""
+        points, _ = self.kinematics.walk(padded, robot_ids)
+        uv = self.project(points, robot_ids)  # (N, P, 2)
+        grid = (torch.arange(size, device=uv.device, dtype=uv.dtype) + 0.5) / size
+        pix = torch.stack(torch.meshgrid(grid, grid, indexing="xy"), dim=-1).reshape(1, 1, -1, 2)  # col, row
+        a, b = uv[:, :-1, None], uv[:, 1:, None]  # segment ends (N, P-1, 1, 2)
+        ab = b - a
+        along = ((pix - a) * ab).sum(-1, keepdim=True) / (ab * ab).sum(-1, keepdim=True).clamp(min=1e-12)
+        t = along.clamp(0, 1)  # the nearest point of each segment, as a fraction of it
+        link_d2 = (pix - a - t * ab).square().sum(-1).amin(dim=1)  # (N, size*size) to the nearest segment
+        hand_d2 = (pix[:, 0] - uv[:, -1:]).square().sum(-1)
+        links = torch.exp(-0.5 * link_d2 / self.link_width**2)
+        hand = torch.exp(-0.5 * hand_d2 / self.hand_width**2)
+        grip = hand * padded[:, -1:].clamp(0, 1)
+        return torch.stack([links, hand, grip], dim=1).view(-1, SKETCH_CHANNELS, size, size)
