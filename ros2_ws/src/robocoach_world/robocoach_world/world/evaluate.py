@@ -191,13 +191,13 @@ def main(config: EvalConfig) -> dict:
             print(f"imagine throughput {key}: {value:.0f} steps/s")
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "metrics.json").write_text(json.dumps(report, indent=2))
-    _save_strip(
-        strip(model, windows, config.strip_windows, columns=8, seed=config.seed), config.out / "strip.png"
-    )
+    image = strip(model, windows, config.strip_windows, columns=8, seed=config.seed)
+    save_strip(image, config.out / "strip.png", "rows: real / imagined (pairs), columns: horizon 1 .. N")
     return report
 
 
-def _save_strip(image: np.ndarray, path: Path) -> None:
+def save_strip(image: np.ndarray, path: Path, title: str) -> None:
+    """A uint8 frame mosaic as a PNG, at 2x its pixel size."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +205,7 @@ def _save_strip(image: np.ndarray, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(image.shape[1] / 48, image.shape[0] / 48))
     ax.imshow(image, interpolation="nearest")
-    ax.set_title("rows: real / imagined (pairs), columns: horizon 1 .. N", fontsize=8)
+    ax.set_title(title, fontsize=8)
     ax.axis("off")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

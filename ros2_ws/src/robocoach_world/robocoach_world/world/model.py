@@ -52,11 +52,9 @@ class WorldConfig:
     latent_dim: int = 16  # stochastic z per step
     robot_dim: int = 16  # arm-identity embedding
     min_std: float = 0.05  # floor of the prior/posterior std (keeps sampling and KL well conditioned)
-    # Condition the decoder on sketches of where the arm is (`arm_sketch`): of the predicted proprio in
-    # each frame and of the last real one (where the arm must be erased). Widths: fractions of the edge.
-    arm_sketch: bool = True
-    sketch_link_width: float = 0.02
-    sketch_hand_width: float = 0.03
+    arm_sketch: bool = True  # condition the decoder on where the arm is, then and in the context frame
+    sketch_link_width: float = 0.02  # std of the sketch's link ridges, as a fraction of the image edge
+    sketch_hand_width: float = 0.03  # std of the sketch's hand blob, as a fraction of the image edge
 
     def __post_init__(self) -> None:
         self.channels = tuple(self.channels)
