@@ -16,7 +16,7 @@ result, since on a shared VM the speed of the host drifts within one run (seen h
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,8 @@ class Args:
     world_dir: Path | None = None  # a trained CoachWorld checkpoint (default: WorldConfig())
     judge_dir: Path | None = None  # a trained judge directory (default: JudgeConfig())
     repeats: int = 3  # alternations of simulation and imagination; the median ratio is reported
+    # also time batch 64 with the same world built without arm sketches: what the sketches cost
+    sketch_cost: bool = True
 
 
 def simulated_steps_per_s(library: ExpertLibrary, args: Args) -> float:
@@ -86,6 +88,8 @@ def main(args: Args) -> None:
     judge = load_judge(args.judge_dir, "cpu")[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
     skills = sorted({s.skill for s in get_composition(args.robot, args.task).subtasks})
     library = ExpertLibrary(ExpertConfig(), skills=skills)
+    plain = CoachWorld(replace(world.config, arm_sketch=False)).eval() if args.sketch_cost else None
+    sketch_ratios: list[float] = []
     print(
         f"{args.robot} {args.task}, {args.steps} policy steps, {args.world_seeds} world seeds per imagined "
         f"trial, {args.threads} torch thread(s)"
@@ -98,11 +102,20 @@ def main(args: Args) -> None:
             imagined = imagined_steps_per_s(world, judge, library, batch, args)
             ratios[batch].append(imagined / simulated)
             line += f"; imagined batch {batch}: {imagined:6.1f} ({imagined / simulated:5.2f}x)"
+        if plain is not None:
+            imagined_plain = imagined_steps_per_s(plain, judge, library, 64, args)
+            sketch_ratios.append(ratios[64][-1] * simulated / imagined_plain)
+            line += f"; batch 64 without arm sketches: {imagined_plain:6.1f}"
         print(line)
     for batch, values in ratios.items():
         print(
             f"  imagined batch {batch:2d} vs simulated: median {np.median(values):5.2f}x "
             f"(range {min(values):.2f}-{max(values):.2f}x over {args.repeats} repeats)"
+        )
+    if sketch_ratios:
+        print(
+            f"  batch 64 with vs without arm sketches: median {np.median(sketch_ratios):5.2f}x "
+            f"(range {min(sketch_ratios):.2f}-{max(sketch_ratios):.2f}x)"
         )
 
 

@@ -53,7 +53,7 @@ class WorldConfig:
     robot_dim: int = 16  # arm-identity embedding
     min_std: float = 0.05  # floor of the prior/posterior std (keeps sampling and KL well conditioned)
     arm_sketch: bool = True  # condition the decoder on where the arm is, then and in the context frame
-    sketch_link_width: float = 0.02  # std of the sketch's link ridges, as a fraction of the image edge
+    sketch_link_width: float = 0.025  # std of the sketch's link ridges, as a fraction of the image edge
     sketch_hand_width: float = 0.03  # std of the sketch's hand blob, as a fraction of the image edge
 
     def __post_init__(self) -> None:
@@ -152,8 +152,10 @@ class Decoder(nn.Module):
     the scene stays where it was, so the network spends its capacity on what moves. The mask starts
     mostly closed (the copy-last-frame prediction) and opens where training shows motion.
 
-    With `WorldConfig.arm_sketch`, every stage and the head also convolve [sketch of the frame's arm,
-    sketch of the context frame's arm] at their output resolution (3x3, added before the norm).
+    With `WorldConfig.arm_sketch`, every stage also convolves [sketch of the frame's arm, sketch of the
+    context frame's arm] at its output resolution (3x3, added before the norm). The sketches are drawn
+    at the last stage's resolution (half the frame's edge) and averaged down for the earlier ones; the
+    full-resolution head reads the arm from the last stage, which keeps the sketches cheap.
     """
 
     def __init__(self, config: WorldConfig) -> None:
@@ -166,8 +168,8 @@ class Decoder(nn.Module):
         # The full-resolution stage writes RGB + mask directly: it is the most expensive one per channel.
         self.head = nn.ConvTranspose2d(2 * c[0], 4, 4, 2, 1)
         nn.init.constant_(self.head.bias[3], MASK_BIAS)
-        self.image_size = config.image_size
-        outs = (*ins[1:], 4) if config.arm_sketch else ()
+        self.sketch_size = config.image_size // 2  # the last stage's output edge
+        outs = ins[1:] if config.arm_sketch else ()
         self.sketch_convs = nn.ModuleList(nn.Conv2d(2 * SKETCH_CHANNELS, o, 3, padding=1) for o in outs)
 
     def skip_terms(
@@ -177,8 +179,8 @@ class Decoder(nn.Module):
 
         Each stage convolves [x, skip]; that is linear, so it splits into conv(x) + conv(skip). The
         skips come from the context frame and stay fixed over a rollout: computed once here, they
-        halve the convolution work of every decoded frame. The context frame's arm sketch (N, 3, S, S)
-        (None without `arm_sketch`) is fixed too and joins the same terms.
+        halve the convolution work of every decoded frame. The context frame's arm sketch
+        (N, 3, S/2, S/2) (None without `arm_sketch`) is fixed too and joins the same terms.
         """
         convs = [stage[0] for stage in self.stages] + [self.head]
         terms = [
@@ -191,8 +193,8 @@ class Decoder(nn.Module):
         return tuple(terms)
 
     def _at(self, sketch: torch.Tensor, side: int) -> torch.Tensor:
-        """A full-resolution sketch averaged down to side x side."""
-        factor = self.image_size // side
+        """A sketch (sketch_size) averaged down to side x side."""
+        factor = self.sketch_size // side
         return sketch if factor == 1 else nn.functional.avg_pool2d(sketch, factor)
 
     def forward(
@@ -203,7 +205,7 @@ class Decoder(nn.Module):
         sketch: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Equal to convolving the concatenated [x, skip] at every stage (see `skip_terms`); `sketch`
-        (N, 3, S, S): this frame's arm (required with `arm_sketch`)."""
+        (N, 3, S/2, S/2): this frame's arm (required with `arm_sketch`)."""
         terms = list(skip_terms)
         for i, conv in enumerate(self.sketch_convs):
             terms[i] = terms[i] + _conv(conv, self._at(sketch, terms[i].shape[-1]), 0)
@@ -285,12 +287,12 @@ class CoachWorld(nn.Module):
         return WorldState(h, context.permute(0, 3, 1, 2), terms, robot_ids)
 
     def _sketch(self, proprio: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor | None:
-        """(B, K, 8) proprio -> (B, K, 3, S, S) arm sketches (`arm_sketch`), None without them."""
+        """(B, K, 8) proprio -> (B, K, 3, S/2, S/2) arm sketches (`arm_sketch`), None without them."""
         if self.sketch is None:
             return None
         b, k = proprio.shape[:2]
         ids = robot_ids[:, None].expand(b, k).reshape(-1)
-        maps = self.sketch(proprio.detach().reshape(b * k, -1).float(), ids, self.config.image_size)
+        maps = self.sketch(proprio.detach().reshape(b * k, -1).float(), ids, self.decoder.sketch_size)
         return maps.view(b, k, *maps.shape[1:])
 
     def _actions(self, actions: torch.Tensor, robot_ids: torch.Tensor) -> torch.Tensor:
