@@ -13,6 +13,7 @@ from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import training_compositions
 from robocoach_world.world.action_repr import REPR_DIM, AgnosticKinematics
 from robocoach_world.world.arm_sketch import ArmSketch
+from robocoach_world.world.model import WorldConfig
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,8 @@ def test_bad_robot_ids_are_refused(kinematics):
 @pytest.mark.parametrize("robot", ROBOTS)
 def test_the_arm_sketch_draws_the_hand_and_links_where_the_scene_camera_sees_them(kinematics, robot):
     size = 64
-    sketch = ArmSketch(kinematics)
+    config = WorldConfig()
+    sketch = ArmSketch(kinematics, config.sketch_link_width, config.sketch_hand_width)
     scene = _moved_scene(robot, 3)
     q = np.append(scene.joint_positions(), 0.5).astype(np.float32)
     maps = sketch(torch.from_numpy(pad(robot, q))[None], torch.tensor([robot_id(robot)]), size)[0].numpy()

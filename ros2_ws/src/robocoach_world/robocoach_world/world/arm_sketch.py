@@ -13,7 +13,7 @@ Channels (each in [0, 1], on a (size x size) grid):
     2  grip:    the hand blob times the gripper opening
 
 >>> from robocoach_skills.action_contract import ACTION_DIM
->>> sketch = ArmSketch(AgnosticKinematics())
+>>> sketch = ArmSketch(AgnosticKinematics(), link_width=0.025, hand_width=0.03)
 >>> maps = sketch(torch.zeros(2, ACTION_DIM), torch.tensor([0, 1]), size=32)
 >>> tuple(maps.shape), bool(maps.amax() <= 1)
 ((2, 3, 32, 32), True)
@@ -32,7 +32,7 @@ from robocoach_skills.sim import mjcf
 from robocoach_world.world.action_repr import AgnosticKinematics, scene_model
 
 SKETCH_CHANNELS = 3
-LINK_SAMPLES = 24  # Gaussians per link: a projected link spans at most ~0.8 of the edge, ~1.7 widths apart
+LINK_SAMPLES = 24  # Gaussians per link: a link spanning 0.8 of the edge gets one every ~1.4 widths (0.025)
 # exp() floor: far tails stay normal floats (~1e-13), since subnormal ones slow exp and bmm ~10x on a CPU
 MIN_EXPONENT = -30.0
 MIN_DEPTH = 1e-3  # [m] points behind the camera are clamped here (they land far off the image)
@@ -41,10 +41,11 @@ MIN_DEPTH = 1e-3  # [m] points behind the camera are clamped here (they land far
 class ArmSketch(nn.Module):
     """Padded joint vectors -> arm sketches (N, SKETCH_CHANNELS, size, size) (module docstring).
 
-    link_width and hand_width: std of the ridge and the blob as a fraction of the image edge.
+    link_width and hand_width: std of the ridge and the blob as a fraction of the image edge (CoachWorld
+    takes them from `WorldConfig`).
     """
 
-    def __init__(self, kinematics: AgnosticKinematics, link_width: float = 0.02, hand_width: float = 0.03):
+    def __init__(self, kinematics: AgnosticKinematics, link_width: float, hand_width: float):
         super().__init__()
         if not (link_width > 0 and hand_width > 0):
             raise ValueError(f"sketch widths must be positive, got {link_width!r}, {hand_width!r}")
