@@ -23,14 +23,14 @@ import torch
 import tyro
 
 from robocoach_skills.bootstrap import load_experts
-from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.device import select_device
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition, training_compositions
+from robocoach_world.experiment.ports import InitialObservations
 from robocoach_world.imagine import ImaginationConfig, imagination_seeds, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.world.artifacts import checkpoint_in, load_world
-from robocoach_world.world.evaluate import save_strip
+from robocoach_world.world.evaluate import jsonable, save_strip
 
 
 @dataclass
@@ -85,17 +85,16 @@ def main(config: ClosedLoopConfig) -> dict:
     )
     seeds = imagination_seeds(config.initial_states)
     scene = SimScene(SceneConfig(robot=config.robot, image_size=world.config.image_size))
-    report, rows = {"config": json.loads(json.dumps(asdict(config), default=str)), "compositions": {}}, []
+    initial = InitialObservations(scene, seeds)
+    report, rows = {"config": jsonable(asdict(config)), "compositions": {}}, []
     for comp in comps:
-        observations = [scene.reset(comp, s) for s in seeds]
         trials = imagine_composition(
             world,
             detector["judge"],
             library,
             deadlines,
             comp,
-            np.stack([o[OBS_IMAGE] for o in observations]),
-            np.stack([o[OBS_PROPRIO] for o in observations]),
+            *initial(comp),
             imagination,
             versions=versions,
             initial_seeds=seeds,

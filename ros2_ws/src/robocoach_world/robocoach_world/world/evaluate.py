@@ -170,7 +170,7 @@ def main(config: EvalConfig) -> dict:
     report = {
         "checkpoint": str(config.checkpoint),
         "episodes": len(episodes),
-        "config": _jsonable(asdict(config)),
+        "config": jsonable(asdict(config)),
     }
     report["per_horizon"] = scores
     print(f"{len(episodes)} held-out episodes, {scores['windows'][0]} windows, horizon {config.horizon}")
@@ -211,7 +211,8 @@ def save_strip(image: np.ndarray, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(d: dict) -> dict:
+def jsonable(d: dict) -> dict:
+    """`d` as plain JSON types (paths and other objects as their str), for reports."""
     return json.loads(json.dumps(d, default=str))
 
 
