@@ -54,3 +54,17 @@ def test_scripted_demo_labels_go_from_zero_to_one(fast_scene, skill):
     assert np.all((episode.progress >= 0) & (episode.progress <= 1))
     assert episode.composition.subtasks == (composition.subtasks[index],)
     assert np.all(episode.subtask_index == 0)
+
+
+def test_a_pressed_button_is_left_from_a_pose_the_approach_never_took(fast_scene):
+    """The cap springs back, so the arm's pose is all a policy sees of "already pressed": a demo that
+    ended where it hovered before pressing teaches "descend" and "done" at the same frame."""
+    composition, index = skill_instances(fast_scene.config.robot)["press_button"][0]
+    for seed in range(2):
+        episode = ScriptedOperator().demo_subtask(fast_scene, composition, index, seed=seed)
+        joints = episode.proprio[:, :-1]  # the gripper is closed throughout
+        pressed = int(np.argmax(episode.progress >= 1.0))
+        assert 0 < pressed < len(episode) - 1, "the demo must end after the press latched"
+        before = np.linalg.norm(joints[:pressed] - joints[-1], axis=1)
+        # 0.011-0.057 rad with the retreat back at the approach height; 0.083-0.23 rad 6 cm above it
+        assert before.min() > 0.07, (seed, before.min())

@@ -62,7 +62,7 @@ class ScriptParams:
     open_dwell: int = 4  # policy steps to let the fingers open
     carry_margin: float = 0.03  # a carried cube's bottom clears obstacles by this
     release_drop: float = 0.01  # a placed cube is released this far above its support
-    retreat: float = 0.06  # upward retreat after releasing / pressing
+    retreat: float = 0.06  # upward retreat after releasing a cube
     push_segment: float = 0.06  # a push moves the cube at most this far before re-planning
     push_clearance: float = 0.015  # gap left behind the cube before a push stroke
     push_goal_radius_factor: float = 0.4  # pushing stops within this x pad half size of its centre
@@ -73,8 +73,15 @@ class ScriptParams:
     hook_clear: float = 0.07  # height above the handle from which the hand comes down
     drawer_overshoot: tuple[float, float] = (1.15, 1.35)  # pull to this x the open threshold
     close_overshoot: float = 0.004  # push the drawer this far past closed (it stops at its limit)
-    press_depth_fraction: float = 0.9  # press the cap this fraction of its travel
+    # Aim this fraction of the cap's travel deep, past its stop (which holds the hand): a policy imitating
+    # such presses still passes the pressed depth (scene.BUTTON_PRESSED_FRACTION) when it stops a few
+    # millimetres short, where one imitating presses aimed at 0.9 of the travel often does not.
+    press_depth_fraction: float = 1.15
     press_hover: float = 0.06  # come down onto a button from this height above it
+    # Leave a pressed button to this height above it, not back to `press_hover`: the cap springs back,
+    # so a frame at the approach pose cannot tell "about to press" from "just pressed": a done head
+    # trained on such demos learns "done" there and stops the expert before it presses.
+    press_retreat: float = 0.12
 
 
 @dataclass(frozen=True)
@@ -606,4 +613,4 @@ class PressButton(Skill):
         yaw = free_yaw(ctx, state, [_at(top, press_z)], ctx.natural_yaw(top), ignore=ctx.subtask.object)
         yield Waypoint(_above(top, p.press_hover), yaw, 0.0)
         yield Waypoint(_at(top, press_z), yaw, 0.0, speed=0.4, tol=0.003, dwell=2)
-        yield Waypoint(_above(top, p.press_hover), yaw, 0.0)
+        yield Waypoint(_above(top, p.press_retreat), yaw, 0.0)
