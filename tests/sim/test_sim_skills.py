@@ -57,8 +57,8 @@ def test_scripted_demo_labels_go_from_zero_to_one(fast_scene, skill):
 
 
 def test_a_pressed_button_is_left_from_a_pose_the_approach_never_took(fast_scene):
-    """The cap springs back, so the arm's pose is all a policy sees of "already pressed": a demo that
-    ended where it hovered before pressing teaches "descend" and "done" at the same frame."""
+    """The cap springs back: at the approach pose only the button's lamp would tell a policy that the
+    press is done, so demos leave from a pose whose joints say so too."""
     composition, index = skill_instances(fast_scene.config.robot)["press_button"][0]
     for seed in range(2):
         episode = ScriptedOperator().demo_subtask(fast_scene, composition, index, seed=seed)

@@ -79,8 +79,8 @@ class ScriptParams:
     press_depth_fraction: float = 1.15
     press_hover: float = 0.06  # come down onto a button from this height above it
     # Leave a pressed button to this height above it, not back to `press_hover`: the cap springs back,
-    # so a frame at the approach pose cannot tell "about to press" from "just pressed": a done head
-    # trained on such demos learns "done" there and stops the expert before it presses.
+    # so at the approach pose only its lamp (a few pixels) tells "about to press" from "just pressed";
+    # a distinct pose tells it through the joints too.
     press_retreat: float = 0.12
 
 
