@@ -44,7 +44,7 @@ class Profile:
     corpus_per_use: int  # corpus: clean and failure-injected subtask episodes per (composition, subtask)
     corpus_per_composition: int  # corpus: clean and failure-injected whole-task episodes per composition
     rollouts_per_composition: int  # recorded bootstrap-expert rollouts per composition
-    world_steps: int  # CoachWorld training steps
+    world_steps: int  # CoachWorld training steps (600 never imagine the drawer opening: docs/world.md)
     judge_epochs: int  # judge training epochs
     judge_prior: bool  # pretrain the judge's frame encoder on the landmark prior (judge.train --prior)
     demo_budget: int  # coaching demos per arm
@@ -61,7 +61,7 @@ class Profile:
 PROFILES = {
     "default": Profile(
         demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
-        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, world_steps=600,
+        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, world_steps=3000,
         judge_epochs=6, judge_prior=False,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
