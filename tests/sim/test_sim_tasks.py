@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.sim.layout import CUBES
 from robocoach_skills.skills import skill_names
@@ -67,3 +68,12 @@ def test_distribution_covers_hard_regions_and_keeps_task_cubes(robot):
         task_cubes = {s.object for s in comp.subtasks if s.object in CUBES}
         for seed in range(10):
             assert task_cubes <= set(sample_initial_state(comp, seed).present)
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_a_composition_without_cubes_or_buttons_samples_easy_states(robot):
+    """Its hard region would be clutter beside a button it does not have (this once raised StopIteration)."""
+    drawer = Composition(
+        "open_close", robot, (Subtask("open_drawer", "drawer"), Subtask("close_drawer", "drawer"))
+    )
+    assert {initial_region(drawer, seed) for seed in range(40)} == {"easy"}
