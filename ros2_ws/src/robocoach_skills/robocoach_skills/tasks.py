@@ -314,8 +314,10 @@ def sample_initial_state(composition: Composition, seed: int) -> InitialState:
     bin_xy = jitter(layout.bin_xy, layout.fixture_jitter)
     pad_xy = jitter(layout.pad_xy, layout.fixture_jitter)
     button_xy = {b: jitter(layout.button_xy[b], layout.fixture_jitter) for b in BUTTONS}
-    has_button = any(s.object in BUTTONS for s in composition.subtasks)
-    hard_kinds = ["far_reach", "near_bin"] if _task_cubes(composition) else ["clutter"] * has_button
+    if _task_cubes(composition):
+        hard_kinds = ["far_reach", "near_bin"]
+    else:  # clutter goes beside the composition's button: none, no hard region
+        hard_kinds = ["clutter"] if any(s.object in BUTTONS for s in composition.subtasks) else []
     hard = rng.random() < PARAMS.hard_fraction  # drawn for every composition: seeds keep their states
     region = str(rng.choice(hard_kinds)) if hard and hard_kinds else "easy"
     placer = _Placer(layout, bin_xy, pad_xy, button_xy, rng)
