@@ -60,7 +60,7 @@ def trained(corpus, tmp_path_factory):
     config = TrainConfig(
         stores=[corpus],
         out=out,
-        epochs=30,
+        epochs=40,
         lr=3e-3,
         done_weight=0.3,
         batch_segments=4,
