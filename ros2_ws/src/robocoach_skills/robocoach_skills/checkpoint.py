@@ -156,6 +156,11 @@ def json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
+def jsonable(d: dict) -> dict:
+    """`d` as plain JSON types (paths and other objects as their str), for metadata and reports."""
+    return json.loads(json.dumps(d, default=str))
+
+
 def robocoach_version() -> str:
     try:
         return metadata.version("robocoach_skills")

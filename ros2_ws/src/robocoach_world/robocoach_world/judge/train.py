@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
 from robocoach_skills import measures
+from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
 from robocoach_skills.experts.perception import PerceptionConfig, render_landmark_frames, train_landmark_probe
@@ -233,14 +234,10 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
     }
     if ctx.is_main:
         out = Path(config.out)
-        save_judge(out, unwrap(model), config.verdict, {**metrics, "train_config": _jsonable(config)})
+        save_judge(out, unwrap(model), config.verdict, {**metrics, "train_config": jsonable(asdict(config))})
         (out / "metrics.json").write_text(json.dumps({"final": metrics, "history": history}, indent=2) + "\n")
         plot_curves(history, out / "curves.png")
     return judge.eval(), metrics
-
-
-def _jsonable(config: TrainConfig) -> dict:
-    return json.loads(json.dumps(asdict(config), default=str))
 
 
 def main() -> None:

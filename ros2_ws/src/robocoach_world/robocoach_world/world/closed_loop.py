@@ -23,6 +23,7 @@ import torch
 import tyro
 
 from robocoach_skills.bootstrap import load_experts
+from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.device import select_device
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition, training_compositions
@@ -30,7 +31,7 @@ from robocoach_world.experiment.ports import InitialObservations
 from robocoach_world.imagine import ImaginationConfig, imagination_seeds, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.world.artifacts import checkpoint_in, load_world
-from robocoach_world.world.evaluate import jsonable, save_strip
+from robocoach_world.world.evaluate import save_strip
 
 
 @dataclass

@@ -25,6 +25,7 @@ import tyro
 from torch.utils.data import DataLoader, Subset
 
 from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS, pad, robot_id
+from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.data.episode import Episode
 from robocoach_world.world.artifacts import load_world
@@ -209,11 +210,6 @@ def save_strip(image: np.ndarray, path: Path, title: str) -> None:
     ax.axis("off")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-
-
-def jsonable(d: dict) -> dict:
-    """`d` as plain JSON types (paths and other objects as their str), for reports."""
-    return json.loads(json.dumps(d, default=str))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import tyro
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
 from robocoach_world.world.artifacts import CHECKPOINT_DIR, save_world
 from robocoach_world.world.data import WindowDataset, WindowSpec, select_episodes
@@ -170,7 +171,7 @@ def train(config: TrainConfig) -> dict:
     metrics = _summary(curves, step, time.monotonic() - start, len(train_set), len(val_set))
     if ctx.is_main:
         meta = {
-            "train": json.loads(json.dumps(asdict(config), default=str)),
+            "train": jsonable(asdict(config)),
             "held_out_fraction": config.held_out_fraction,
             "step": step,
             "metrics": metrics,
