@@ -20,7 +20,13 @@ def robocoach(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
 def test_help_lists_subcommands():
     result = robocoach("--help")
     assert result.returncode == 0
-    assert "demo" in result.stdout
+    assert all(name in result.stdout for name in ("demo", "experiment", "probe"))
+
+
+def test_a_probe_of_a_missing_subtask_names_the_composition_s_subtasks(tmp_path):
+    result = robocoach("probe", "--experts", str(tmp_path), "--task", "press_push", "--subtask", "9")
+    assert result.returncode != 0
+    assert "press_push has 2 subtasks" in result.stdout + result.stderr
 
 
 def test_unknown_robot_is_a_clear_error(tmp_path):

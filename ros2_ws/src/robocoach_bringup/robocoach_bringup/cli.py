@@ -3,6 +3,7 @@
 robocoach demo --quick          # the main job, small profile
 robocoach demo --help           # every option with its default
 robocoach experiment --profile reduced --run runs/quick1   # the matched-budget comparison
+robocoach probe --experts runs/demo/experts --task press_push --subtask 0   # one expert, n fresh demos
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tyro
 
 from robocoach_bringup.demo import DemoConfig, run_demo
 from robocoach_bringup.experiment import ExperimentConfig, run_experiment
+from robocoach_world.coach import probe
 
 
 def _demo(config: DemoConfig) -> int:
@@ -31,7 +33,17 @@ def _experiment(config: ExperimentConfig) -> int:
     return 0
 
 
-COMMANDS = {"demo": (DemoConfig, _demo), "experiment": (ExperimentConfig, _experiment)}
+def _probe(config: probe.ProbeConfig) -> int:
+    probe.main(config)
+    print(f"report: {config.out / 'probe.md'}")
+    return 0
+
+
+COMMANDS = {
+    "demo": (DemoConfig, _demo),
+    "experiment": (ExperimentConfig, _experiment),
+    "probe": (probe.ProbeConfig, _probe),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
