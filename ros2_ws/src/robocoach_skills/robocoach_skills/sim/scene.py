@@ -461,7 +461,7 @@ class SimScene:
         ref = self._subtask_refs.get(index)
         if ref is None:
             return 0.0
-        return get_skill(sub.skill).progress(sub, ref, self.privileged_state())
+        return float(get_skill(sub.skill).progress(sub, ref, self.privileged_state()))
 
     def subtask_success(self, index: int) -> bool:
         """Whether subtask `index` is achieved now (False until it has been started)."""
@@ -469,7 +469,7 @@ class SimScene:
         ref = self._subtask_refs.get(index)
         if ref is None:
             return False
-        return get_skill(sub.skill).success(sub, ref, self.privileged_state())
+        return bool(get_skill(sub.skill).success(sub, ref, self.privileged_state()))
 
     def advance(self) -> int:
         """Move past every completed subtask; returns the active index (== len(subtasks) when done)."""

@@ -63,6 +63,9 @@ class ProbeConfig:
     update: ImproveConfig = field(default_factory=ImproveConfig)  # the coach's update (steps, batch, seed)
     judge: Path | None = None  # judge folder: switch subtasks by its done rule and deadlines, as deployed
     deadline_steps: int | None = None  # every subtask's deadline [policy steps]; None: the run's own
+    # Without --judge: the expert's done probability that ends a subtask. 1.0 never does: every subtask
+    # runs to its deadline, which separates what the expert can do from when its done head stops it.
+    done_threshold: float = RouterConfig.done_threshold
     max_takes: int = 3  # takes per demo before that demo slot is given up
     operator_seed: int = 0  # the scripted operator's hand randomness; also picks the demos' initial states
     out: Path = Path("runs/probe")  # experts/, demos/, probe.json, probe.md, probe.png
@@ -96,7 +99,7 @@ def summarize_trials(completed: list[list[bool]], progress: list[list[float]], i
     (2, 1, 0.5, [1, 0.6])
     """
     reached = [i for i, done in enumerate(completed) if all(done[:index])]
-    wins = sum(completed[i][index] for i in reached)
+    wins = sum(bool(completed[i][index]) for i in reached)
     low, high = wilson_interval(wins, len(reached)) if reached else (0.0, 1.0)
     return {
         "trials": len(completed),
@@ -104,7 +107,7 @@ def summarize_trials(completed: list[list[bool]], progress: list[list[float]], i
         "completed": wins,
         "success": wins / len(reached) if reached else None,
         "wilson": [low, high],
-        "progress": [progress[i][index] for i in reached],
+        "progress": [float(progress[i][index]) for i in reached],
     }
 
 
@@ -140,7 +143,8 @@ def main(config: ProbeConfig) -> dict:
     if skill not in library.skills:
         raise ValueError(f"{config.experts} has no {skill!r} expert; it has {', '.join(library.skills)}")
     library.to(device)
-    router_config, detector_args = RouterConfig(skill_deadline_steps=run_deadlines), None
+    router_config = RouterConfig(done_threshold=config.done_threshold, skill_deadline_steps=run_deadlines)
+    detector_args = None
     if config.judge is not None:
         detector_args, judge_deadlines = judge_detector_args(config.judge, config.robot, device)
         deadlines = judge_deadlines.per_skill(config.robot, library.skills)
