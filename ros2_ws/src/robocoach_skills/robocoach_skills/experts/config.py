@@ -40,7 +40,10 @@ class ExpertConfig:
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
-    lora_layers: tuple[str, ...] = ("conv1", "conv2", "fuse", "trunk")  # backbone layers that get LoRA
+    # Backbone layers that get LoRA. Not the convolutions: an update has no keypoint supervision, and a
+    # LoRA there moves the perception prior's keypoints (docs/bootstrap.md, session 12: after one
+    # pick update the gripper keypoint stayed at one pixel while the gripper crossed the frame).
+    lora_layers: tuple[str, ...] = ("fuse", "trunk")
     # Per-skill heads.
     chunk_len: int = 8  # K: future actions predicted per step (action chunking)
     action_scale: float = 0.1  # typical |action - proprio| in a chunk [rad]: the action L1 counts in these

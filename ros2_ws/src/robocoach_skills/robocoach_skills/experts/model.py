@@ -4,7 +4,7 @@
     proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk -> features (B,128)
     robot_id (B,) -> embedding -------------------------------+        (LoRA of the active skill on
     arguments (B,2) object/target -> embedding ---------------+
-                                                                         conv1, conv2, fuse, trunk)
+                                                                         `lora_layers`: fuse, trunk)
     features -> head[skill] -> action deltas (B,K,8) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio* (action_k - proprio), and the
