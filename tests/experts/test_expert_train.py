@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from expert_helpers import clone_state, cpu_state, synthetic_batch
 
+from robocoach_skills.constants import OBS_IMAGE
 from robocoach_skills.experts import (
     EndToEndPolicy,
+    ExpertConfig,
     ExpertLibrary,
     SharedAdapterPolicy,
     SkillConditionedPolicy,
@@ -92,6 +96,22 @@ def test_adapter_update_alone_learns_a_new_skill_on_the_frozen_backbone(config):
     assert metrics["train/trained_params"] == sum(p.numel() for p in lib.adapter_parameters("push"))
     assert end["action_l1"] < 0.6 * start["action_l1"], (start, end)  # measured ~0.33
     assert end["done_bce"] < 0.5 * start["done_bce"], (start, end)  # measured ~0.2
+
+
+def test_by_default_an_update_leaves_the_keypoints_where_the_backbone_puts_them(config):
+    """An update has no keypoint loss: with LoRA on a convolution it moved the perception prior's
+    keypoints (docs/bootstrap.md, session 12), so the default adapter stays off the convolutions."""
+    config = replace(config, lora_layers=ExpertConfig().lora_layers)
+    lib = ExpertLibrary(config, skills=("pick",))
+    before = clone_state(lib)
+    update_adapter(lib, "pick", _batches(config, 2, seed=10), steps=6, progress=False)
+    after = cpu_state(lib.state_dict())
+    assert any(not torch.equal(after[k], before[k]) for k in before if k.startswith("adapters.pick."))
+    images = synthetic_batch(config, ROBOTS8, seed=99)[OBS_IMAGE]
+    with torch.no_grad():
+        plain, adapted = lib.backbone.vision(images), lib.backbone.vision(images, lib.adapter("pick"))
+    for a, b in zip(plain, adapted, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_update_needs_rows_of_its_skill(config):
