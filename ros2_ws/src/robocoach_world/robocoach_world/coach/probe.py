@@ -96,7 +96,7 @@ def summarize_trials(completed: list[list[bool]], progress: list[list[float]], i
 
     >>> s = summarize_trials([[True, True], [True, False], [False, False]], [[1, 1], [1, .6], [.2, 0]], 1)
     >>> s["reached"], s["completed"], s["success"], s["progress"]
-    (2, 1, 0.5, [1, 0.6])
+    (2, 1, 0.5, [1.0, 0.6])
     """
     reached = [i for i, done in enumerate(completed) if all(done[:index])]
     wins = sum(bool(completed[i][index]) for i in reached)
