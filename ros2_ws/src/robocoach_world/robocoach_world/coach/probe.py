@@ -113,21 +113,23 @@ def summarize_trials(completed: list[list[bool]], progress: list[list[float]], i
 
 def record_demos(
     scene: SimScene, composition: Composition, index: int, store: EpisodeStore, config: ProbeConfig
-) -> tuple[list[str], int]:
-    """`config.demos` accepted scripted demos of subtask `index` -> (episode ids, discarded takes)."""
+) -> tuple[list[str], list[int], int]:
+    """`config.demos` accepted scripted demos of subtask `index` -> (episode ids, their lengths [steps],
+    discarded takes)."""
     operator = ScriptedOperator(OperatorConfig(seed=config.operator_seed))
-    seed, ids, discarded = PROBE_SEED_BASE + config.operator_seed * SEED_STRIDE, [], 0
+    seed, ids, lengths, discarded = PROBE_SEED_BASE + config.operator_seed * SEED_STRIDE, [], [], 0
     for _ in tqdm(range(config.demos), desc=f"demos of {composition.subtasks[index]}", leave=False):
         for _take in range(config.max_takes):
             seed += 1
             episode = operator.demo_subtask(scene, composition, index, seed)
             if episode.success:
                 ids.append(store.add(episode))
+                lengths.append(len(episode))
                 break
             discarded += 1
     if not ids:
         raise RuntimeError(f"the scripted operator never completed {composition.subtasks[index]}")
-    return ids, discarded
+    return ids, lengths, discarded
 
 
 def main(config: ProbeConfig) -> dict:
@@ -170,7 +172,7 @@ def main(config: ProbeConfig) -> dict:
         before = deploy("before", versions)
         info = StoreInfo(fps=scene.config.policy_hz, image_size=(scene.config.image_size,) * 2)
         store = EpisodeStore.create(config.out / "demos", info)
-        ids, discarded = record_demos(scene, composition, config.subtask, store, config)
+        ids, lengths, discarded = record_demos(scene, composition, config.subtask, store, config)
         (update,) = improve_experts(library, registry, store, {skill: ids}, PROBE_ROUND, config.update)
         after = deploy("after", {**versions, skill: update.version})
     finally:
@@ -180,20 +182,15 @@ def main(config: ProbeConfig) -> dict:
         "skill": skill,
         "subtask": str(composition.subtasks[config.subtask]),
         "seeds": seeds,
-        "demos": {"accepted": len(ids), "discarded": discarded, "mean_length": _mean_length(store, ids)},
+        "demos": {"accepted": len(ids), "discarded": discarded, "mean_length": float(np.mean(lengths))},
         "adapter": {"parent": update.parent_version, "version": update.version, "metrics": update.metrics},
         "before": before,
         "after": after,
     }
-    config.out.mkdir(parents=True, exist_ok=True)
     replace_file_atomically(config.out / "probe.json", json_bytes(report))
     replace_file_atomically(config.out / "probe.md", _markdown(report).encode())
     plot_probe(before, after, report["subtask"], config.out / "probe.png")
     return report
-
-
-def _mean_length(store: EpisodeStore, ids: list[str]) -> float:
-    return float(np.mean([len(store.get(i)) for i in ids]))
 
 
 def _rate(summary: dict) -> str:
