@@ -127,3 +127,22 @@ def test_corrupt_backbone_is_refused(tmp_path, trained):
     with pytest.raises(ArtifactLoadError, match="corrupt"):
         load_backbone(path, trained)
     _assert_same(trained.state_dict(), before)
+
+
+def test_a_library_saved_before_keypoint_skip_loads_as_it_was_built(tmp_path, config):
+    """Artifacts written before the field existed have no `keypoint_skip`: they load without the skip."""
+    legacy = ExpertLibrary(ExpertConfig(**{**config.to_dict(), "keypoint_skip": False}), skills=("pick",))
+    randomize_(legacy.parameters())
+    save_backbone(legacy, tmp_path / "backbone")
+    path = save_adapter(legacy, "pick", tmp_path / "pick" / "v0001", {"version": 1})
+    for meta_file, key in ((tmp_path / "backbone" / "config.json", "config"), (path / ADAPTER_META, "config")):
+        info = json.loads(meta_file.read_text())
+        del info[key]["keypoint_skip"]
+        meta_file.write_text(json.dumps(info))
+
+    fresh = load_backbone(tmp_path / "backbone")
+    assert not fresh.config.keypoint_skip and fresh.config.feature_dim == config.embed_dim
+    load_adapter(fresh, "pick", path)
+    _assert_same(fresh.skill_state_dict("pick"), legacy.skill_state_dict("pick"))
+    with pytest.raises(AdapterLoadError, match="keypoint_skip"):
+        load_adapter(ExpertLibrary(config), "pick", path)  # a library with the skip refuses it

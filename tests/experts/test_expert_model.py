@@ -141,3 +141,20 @@ def test_random_shift_crops_a_replicate_padded_frame_per_sample():
         offsets.add(matches[0])
     assert len(offsets) > 1  # the shift is random per frame
     assert torch.equal(random_shift(images, 0), images)
+
+
+def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
+    """With keypoint_skip the features end with the object/target keypoints (and their offsets from the
+    gripper's) exactly as vision computes them, whatever the fuse and trunk layers do."""
+    lib = ExpertLibrary(config, skills=("pick",))
+    with torch.no_grad():
+        lib.backbone.trunk.weight.zero_()  # the shared path carries nothing ...
+        lib.backbone.trunk.bias.zero_()
+    batch = synthetic_batch(config, ("franka", "piper"))
+    features = lib.backbone(batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
+    keypoints, _ = lib.backbone.vision(batch["image"])
+    skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"])
+    assert features.shape == (2, config.feature_dim) == (2, config.embed_dim + skipped.shape[1])
+    assert torch.equal(features[:, : config.embed_dim], torch.zeros(2, config.embed_dim))
+    assert torch.equal(features[:, config.embed_dim :], skipped)  # ... and the heads still see the object
+    assert lib.heads["pick"].hidden.in_features == config.feature_dim

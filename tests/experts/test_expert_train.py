@@ -74,7 +74,8 @@ def _fresh_batches(config, n, map_seed, first_seed=0):
 
 
 def test_pretraining_learns_a_proprio_to_action_mapping(config):
-    config.argument_keypoints = False  # random frames have no landmarks; this is about the proprio mapping
+    # Random frames have no landmarks; this is about the proprio mapping.
+    config.argument_keypoints = config.keypoint_skip = False
     lib = ExpertLibrary(config, skills=("pick",))
     start = _held_out_parts(lib, "pick", config, MAP_A)
     metrics, losses = pretrain(lib, _fresh_batches(config, LEARN_STEPS, MAP_A), LEARN_STEPS, progress=False)

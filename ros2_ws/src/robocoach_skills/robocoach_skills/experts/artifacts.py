@@ -35,7 +35,7 @@ from robocoach_skills.checkpoint import (
     state_mismatches,
     write_atomically,
 )
-from robocoach_skills.experts.config import ExpertConfig
+from robocoach_skills.experts.config import LEGACY_VALUES, ExpertConfig
 from robocoach_skills.experts.model import ExpertLibrary
 
 FORMAT_VERSION = 1  # bump when the layout or the meta fields change incompatibly
@@ -126,8 +126,9 @@ def load_adapter(library: ExpertLibrary, skill: str, directory: Path) -> Adapter
     if meta.skill != skill:
         raise AdapterLoadError(f"{directory} holds an adapter for skill {meta.skill!r}, not {skill!r}")
     expected_config = library.config.adapter_signature()
-    if meta.config != expected_config:
-        diff = {k: (meta.config.get(k), v) for k, v in expected_config.items() if meta.config.get(k) != v}
+    stored_config = {**LEGACY_VALUES, **meta.config}
+    if stored_config != expected_config:
+        diff = {k: (stored_config.get(k), v) for k, v in expected_config.items() if stored_config.get(k) != v}
         raise AdapterLoadError(f"{directory} was built for another model config (file, library): {diff}")
     tensors = read_verified(directory / ADAPTER_WEIGHTS, meta.sha256, AdapterLoadError)
     problems = state_mismatches(library.skill_state_template(), tensors)

@@ -57,14 +57,14 @@ class SkillConditionedPolicy(ChunkPolicy):
         """A unit-variance embedding, so skills are told apart from the first step."""
         self._check_new_skill(skill)
         with seeded(skill_seed(self.config.seed, skill)):
-            embedding = torch.randn(self.config.embed_dim)
+            embedding = torch.randn(self.config.feature_dim)
         self.skill_embeddings[skill] = nn.Parameter(embedding.to(self.device))
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
         features = self.backbone(
             obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS]
-        )  # (B, E)
+        )  # (B, feature_dim)
         return self.head(features + self.skill_embeddings[skill])
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:

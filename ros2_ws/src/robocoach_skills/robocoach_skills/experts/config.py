@@ -19,6 +19,11 @@ from robocoach_skills.action_contract import ACTION_DIM
 
 # Names of the backbone layers that are not convolutions (see model.Backbone).
 DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
+# Object xy, target xy, and each minus the gripper's (model.Backbone.argument_offsets).
+ARGUMENT_KEYPOINT_DIM = 8
+# Fields added after libraries were first saved, with the value that reproduces a library saved
+# without them: `from_dict` and the adapter signature check fill them in.
+LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False}
 
 
 @dataclass
@@ -37,6 +42,10 @@ class ExpertConfig:
     argument_embed_dim: int = 16  # width of the embedding of each subtask argument (object, target)
     embed_dim: int = 128  # backbone feature width fed to the heads
     argument_keypoints: bool = True  # also feed the keypoints of the subtask's object and target landmarks
+    # ... and pass them around the shared fuse/trunk layers straight to each skill's head. Through the
+    # frozen fuse layer and a rank-4 adapter alone, a pick expert trained on 100 demos put the hand
+    # where the *average* cube is sideways (docs/bootstrap.md, session 13).
+    keypoint_skip: bool = True
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
@@ -86,6 +95,8 @@ class ExpertConfig:
             raise ValueError(
                 f"norm_groups={self.norm_groups!r} must divide conv_channels {self.conv_channels!r}"
             )
+        if self.keypoint_skip and not self.argument_keypoints:
+            raise ValueError("keypoint_skip passes the argument keypoints on: it needs argument_keypoints")
         if self.conv_kernel % 2 == 0:
             raise ValueError(f"conv_kernel must be odd (symmetric padding), got {self.conv_kernel!r}")
         if self.image_size < 2 ** len(self.conv_channels):
@@ -107,6 +118,11 @@ class ExpertConfig:
     def lora_scaling(self) -> float:
         return self.lora_alpha / self.lora_rank
 
+    @property
+    def feature_dim(self) -> int:
+        """Width of the backbone's output, what every head reads: the trunk's, plus the skipped keypoints."""
+        return self.embed_dim + (ARGUMENT_KEYPOINT_DIM if self.keypoint_skip else 0)
+
     def backbone_layer_names(self) -> tuple[str, ...]:
         """Every backbone layer LoRA can target, input to output."""
         return tuple(f"conv{i}" for i in range(len(self.conv_channels))) + DENSE_LAYERS
@@ -122,6 +138,7 @@ class ExpertConfig:
             "argument_embed_dim",
             "embed_dim",
             "argument_keypoints",
+            "keypoint_skip",
             "lora_rank",
             "lora_alpha",
             "lora_layers",
@@ -136,12 +153,13 @@ class ExpertConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExpertConfig:
-        """Inverse of `to_dict`; unknown keys are an error (they mean a newer or foreign config)."""
+        """Inverse of `to_dict`; unknown keys are an error (they mean a newer or foreign config), missing
+        ones take their `LEGACY_VALUES` (the dict predates them)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown ExpertConfig fields {unknown!r}")
-        return cls(**d)
+        return cls(**{**LEGACY_VALUES, **d})
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,10 +1,11 @@
 """Skill experts: a shared backbone, and per skill a LoRA adapter on the backbone plus a small head.
 
     frame (B,3,64,64) -> conv stack -> keypoints + mean pool --+
-    proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk -> features (B,128)
-    robot_id (B,) -> embedding -------------------------------+        (LoRA of the active skill on
-    arguments (B,2) object/target -> embedding ---------------+
-                                                                         `lora_layers`: fuse, trunk)
+    proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk --+-> features (B,136)
+    robot_id (B,) -> embedding -------------------------------+                   |
+    arguments (B,2) object/target -> embedding ---------------+                   |
+    keypoints of the arguments' landmarks (B,8) ---------------+-------------------+ (keypoint_skip)
+    (LoRA of the active skill on `lora_layers`: fuse, trunk)
     features -> head[skill] -> action deltas (B,K,8) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio* (action_k - proprio), and the
@@ -97,7 +98,7 @@ class SpatialSoftArgmax(nn.Module):
 
 
 class Backbone(nn.Module):
-    """Frame + padded proprio + embodiment + subtask arguments -> features (B, embed_dim).
+    """Frame + padded proprio + embodiment + subtask arguments -> features (B, config.feature_dim).
 
     LoRA-able by layer name. The arguments (which object, which target) are what lets one expert
     per skill serve every instance of it ("press red_button", "press green_button").
@@ -130,6 +131,7 @@ class Backbone(nn.Module):
             fused += 8  # object and target keypoints, and their offsets from the gripper's
         self.fuse = LoRALinear(fused, c.embed_dim)
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
+        self.keypoint_skip = c.keypoint_skip
 
     def new_adapter(self) -> LoRAAdapter:
         """A fresh (identity) adapter for the configured `lora_layers`, on the current default device."""
@@ -185,13 +187,15 @@ class Backbone(nn.Module):
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
         parts = [keypoints, pooled, p, r, a]
         if self.argument_keypoints:
-            parts.append(self.argument_offsets(keypoints, arguments))
+            offsets = self.argument_offsets(keypoints, arguments)  # (B, ARGUMENT_KEYPOINT_DIM)
+            parts.append(offsets)
         h = F.relu(self.fuse(torch.cat(parts, dim=-1), lora("fuse")))  # (B, embed_dim)
-        return F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
+        features = F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
+        return torch.cat([features, offsets], dim=-1) if self.keypoint_skip else features  # (B, feature_dim)
 
 
 class ActionHead(nn.Module):
-    """features (B, E) -> action deltas (B, K, ACTION_DIM) and a done logit (B,).
+    """features (B, config.feature_dim) -> action deltas (B, K, ACTION_DIM) and a done logit (B,).
 
     The output layer starts at zero (bias of the done logit at `done_bias_init`): a fresh head holds
     the arm still and does not claim the subtask is done.
@@ -200,7 +204,7 @@ class ActionHead(nn.Module):
     def __init__(self, config: ExpertConfig) -> None:
         super().__init__()
         self.chunk_len = config.chunk_len
-        self.hidden = nn.Linear(config.embed_dim, config.head_hidden)
+        self.hidden = nn.Linear(config.feature_dim, config.head_hidden)
         self.out = nn.Linear(config.head_hidden, config.chunk_len * ACTION_DIM + 1)
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
@@ -406,7 +410,7 @@ class ExpertLibrary(ChunkPolicy):
         adapter = self.adapter(skill)
         features = self.backbone(
             obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter
-        )  # (B, E)
+        )  # (B, feature_dim)
         return self.heads[skill](features)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
