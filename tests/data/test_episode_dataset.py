@@ -120,7 +120,7 @@ def test_pad_channels_lets_robots_share_a_batch(store):
 
 
 def test_dataloader_workers_see_every_step_once(store):
-    dataset = EpisodeDataset(store, DatasetConfig(chunk_len=3, robot="franka", cache_episodes=1))
+    dataset = EpisodeDataset(store, DatasetConfig(chunk_len=3, robot="franka", cache_mb=0))
     loader = DataLoader(dataset, batch_size=5, shuffle=True, num_workers=2)
     seen = []
     for batch in loader:
@@ -129,8 +129,21 @@ def test_dataloader_workers_see_every_step_once(store):
     assert sorted(seen) == [(e, t) for e in (0, 2) for t in range(STEPS)]
 
 
+@pytest.mark.parametrize("cache_mb, decodes", [(1024.0, 3), (0.0, 3 * STEPS)])
+def test_samples_decode_each_episode_once_when_the_cache_holds_them(store, monkeypatch, cache_mb, decodes):
+    """The cache is what keeps shuffled batches cheap; at 0 MB only the newest episode stays."""
+    dataset = EpisodeDataset(store, DatasetConfig(chunk_len=2, cache_mb=cache_mb))
+    calls = []
+    get = store.get
+    monkeypatch.setattr(store, "get", lambda episode_id: calls.append(episode_id) or get(episode_id))
+    for t in range(STEPS):  # round robin over the three episodes, as a shuffled loader goes
+        for episode in range(3):
+            dataset[episode * STEPS + t]
+    assert len(calls) == decodes and len(dataset._cache) == (3 if cache_mb else 1)
+
+
 @pytest.mark.parametrize(
-    "field, value", [("chunk_len", 0), ("history", 0), ("robot", "ur5"), ("kind", "sim")]
+    "field, value", [("chunk_len", 0), ("history", 0), ("robot", "ur5"), ("kind", "sim"), ("cache_mb", -1)]
 )
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=repr(value)):

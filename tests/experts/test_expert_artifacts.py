@@ -135,9 +135,9 @@ def test_a_library_saved_before_keypoint_skip_loads_as_it_was_built(tmp_path, co
     randomize_(legacy.parameters())
     save_backbone(legacy, tmp_path / "backbone")
     path = save_adapter(legacy, "pick", tmp_path / "pick" / "v0001", {"version": 1})
-    for meta_file, key in ((tmp_path / "backbone" / "config.json", "config"), (path / ADAPTER_META, "config")):
+    for meta_file in (tmp_path / "backbone" / "config.json", path / ADAPTER_META):
         info = json.loads(meta_file.read_text())
-        del info[key]["keypoint_skip"]
+        del info["config"]["keypoint_skip"]
         meta_file.write_text(json.dumps(info))
 
     fresh = load_backbone(tmp_path / "backbone")

@@ -68,7 +68,10 @@ class DatasetConfig:
     kind: str | None = None  # "demo" or "rollout"; None = both
     success: bool | None = None  # keep only successful (True) or failed (False) episodes; None = all
     pad_channels: bool = False  # pad proprio/actions to action_contract.ACTION_DIM (to batch both arms)
-    cache_episodes: int = 8  # decoded episodes kept per process (each DataLoader worker has its own)
+    # Decoded episodes kept per process (each DataLoader worker has its own), in MB of arrays; a 60-step
+    # demo at 64 px is 0.75 MB. Shuffled batches draw from every episode, so a cache smaller than the
+    # set decodes almost every sample afresh (with 8 episodes cached, 100-demo updates ran 5x slower).
+    cache_mb: float = 1024.0
     episode_ids: tuple[str, ...] | None = None  # keep only these episodes (a coach's demo mix); None = all
 
     def __post_init__(self) -> None:
@@ -80,8 +83,8 @@ class DatasetConfig:
             raise ValueError(f"robot {self.robot!r} is not one of {ROBOTS}")
         if self.kind is not None and self.kind not in EPISODE_KINDS:
             raise ValueError(f"kind {self.kind!r} is not one of {EPISODE_KINDS}")
-        if self.cache_episodes < 1:
-            raise ValueError(f"cache_episodes must be >= 1, got {self.cache_episodes!r}")
+        if self.cache_mb < 0:
+            raise ValueError(f"cache_mb must be >= 0, got {self.cache_mb!r}")
 
 
 def done_flags(subtask_index: np.ndarray, progress: np.ndarray, success: bool) -> np.ndarray:
@@ -119,6 +122,7 @@ class EpisodeDataset(Dataset):
         self.episode_ids = [m.episode_id for m in metas]
         self._starts = np.cumsum([0] + [m.length for m in metas])  # sample index of each episode's step 0
         self._cache: OrderedDict[str, tuple[Episode, np.ndarray]] = OrderedDict()
+        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -163,19 +167,22 @@ class EpisodeDataset(Dataset):
         return sample
 
     def _load(self, episode_id: str) -> tuple[Episode, np.ndarray]:
-        """The decoded episode and its done flags, through a per-process LRU cache."""
+        """The decoded episode and its done flags, through a per-process LRU cache (the newest stays)."""
         if episode_id in self._cache:
             self._cache.move_to_end(episode_id)
-        else:
-            episode = self.store.get(episode_id)
-            self._cache[episode_id] = (
-                episode,
-                done_flags(episode.subtask_index, episode.progress, episode.success),
-            )
-            while len(self._cache) > self.config.cache_episodes:
-                self._cache.popitem(last=False)
+            return self._cache[episode_id]
+        episode = self.store.get(episode_id)
+        done = done_flags(episode.subtask_index, episode.progress, episode.success)
+        self._cache[episode_id] = (episode, done)
+        self._cached_bytes += _nbytes(episode)
+        while self._cached_bytes > self.config.cache_mb * 1e6 and len(self._cache) > 1:
+            self._cached_bytes -= _nbytes(self._cache.popitem(last=False)[1][0])
         return self._cache[episode_id]
 
     def __getstate__(self) -> dict:
         """Send workers an empty cache: decoded episodes would cost more to pickle than to reload."""
-        return {**self.__dict__, "_cache": OrderedDict()}
+        return {**self.__dict__, "_cache": OrderedDict(), "_cached_bytes": 0}
+
+
+def _nbytes(episode: Episode) -> int:
+    return episode.images.nbytes + episode.proprio.nbytes + episode.actions.nbytes
