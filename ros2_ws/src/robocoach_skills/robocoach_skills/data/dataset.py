@@ -70,7 +70,7 @@ class DatasetConfig:
     pad_channels: bool = False  # pad proprio/actions to action_contract.ACTION_DIM (to batch both arms)
     # Decoded episodes kept per process (each DataLoader worker has its own), in MB of arrays; a 60-step
     # demo at 64 px is 0.75 MB. Shuffled batches draw from every episode, so a cache smaller than the
-    # set decodes almost every sample afresh (with 8 episodes cached, 100-demo updates ran 5x slower).
+    # set decodes almost every sample afresh (8 cached episodes: 3x slower, bench/adapter_update.py).
     cache_mb: float = 1024.0
     episode_ids: tuple[str, ...] | None = None  # keep only these episodes (a coach's demo mix); None = all
 

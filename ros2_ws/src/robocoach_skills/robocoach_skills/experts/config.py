@@ -40,7 +40,7 @@ class ExpertConfig:
     proprio_hidden: int = 64  # width of the proprio projection
     robot_embed_dim: int = 16  # width of the learned embodiment embedding
     argument_embed_dim: int = 16  # width of the embedding of each subtask argument (object, target)
-    embed_dim: int = 128  # backbone feature width fed to the heads
+    embed_dim: int = 128  # width of the fuse and trunk layers (the heads read `feature_dim`)
     argument_keypoints: bool = True  # also feed the keypoints of the subtask's object and target landmarks
     # ... and pass them around the shared fuse/trunk layers straight to each skill's head. Through the
     # frozen fuse layer and a rank-4 adapter alone, a pick expert trained on 100 demos put the hand
