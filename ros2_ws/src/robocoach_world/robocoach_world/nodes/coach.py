@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -290,7 +291,8 @@ class CoachNode(Node):
             self.get_logger().info(f"coaching finished after {self.state.round} rounds")
         except (CallFailedError, TimeoutError, ValueError) as error:
             self.get_logger().error(
-                f"coaching stopped: {error} (state kept in {self.state.path}; restart resumes)"
+                f"coaching stopped: {error} (raised at {_where(error)}; state kept in {self.state.path}; "
+                "restart resumes)"
             )
         if self.exit_when_done:
             rclpy.try_shutdown(context=self.context)
@@ -350,6 +352,22 @@ class CoachNode(Node):
             if not self._sensor.wait_for(lambda: self._image is not None and self._stamp > after, timeout_s):
                 raise CallFailedError(f"no camera frame and joint state within {timeout_s} s after reset")
             return {OBS_IMAGE: self._image, OBS_PROPRIO: self._joints.copy()}
+
+
+def _where(error: BaseException, frames: int = 3) -> str:
+    """The innermost frames an exception passed through, as "file:line in function" (one line for the log).
+
+    A ValueError from bad input and one from a library's own race read the same without it.
+
+    >>> def remove_missing(items): items.remove(1)
+    >>> try:
+    ...     remove_missing([])
+    ... except ValueError as error:
+    ...     print(_where(error, frames=1))
+    <doctest ...>:1 in remove_missing
+    """
+    stack = traceback.extract_tb(error.__traceback__)[-frames:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(stack))
 
 
 def main(args: list[str] | None = None) -> None:
