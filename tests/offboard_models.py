@@ -13,6 +13,7 @@ import torch
 
 from robocoach_skills.bootstrap import ExpertTrainingConfig, train_bootstrap_experts
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
+from robocoach_skills.experts import ExpertConfig
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
@@ -33,6 +34,7 @@ def train_scripted_experts(
     demos_per_subtask: int = 1,
     steps: int = 20,
     seed: int = 1,
+    expert: ExpertConfig | None = None,
 ) -> Path:
     """<root>/experts trained for `steps` on scripted demos of `task`'s subtasks from initial state `seed`.
 
@@ -48,7 +50,7 @@ def train_scripted_experts(
             store.add(operator.demo_subtask(scene, composition, index, seed=seed))
     scene.close()
     # No perception prior: these experts exercise the plumbing (tests/experts/test_perception.py covers it).
-    training = ExpertTrainingConfig(steps=steps, perception=None)
+    training = ExpertTrainingConfig(steps=steps, expert=expert or ExpertConfig(), perception=None)
     train_bootstrap_experts(store, root / "experts", training, show_progress=False)
     return root / "experts"
 
