@@ -52,7 +52,7 @@ STATUS_SUCCEEDED = 4
 def close_experts(tmp_path_factory):
     root = tmp_path_factory.mktemp("close_expert")
     # Without the keypoint skip: with it (the default since 2026-12-02) this expert closes the drawer
-    # in process (done at progress 1.0) but stops at 0.83-0.88 through ROS (3 runs, done patience 4
+    # in process (done at progress 1.0) but stops at 0.83-0.88 through ROS (4 runs, done patience 4
     # and 8). That discrepancy is open; this test keeps the expert measured 4 in 4 through ROS.
     return train_scripted_experts(
         root, ROBOT, TASK, subtasks=[0], demos_per_subtask=DEMOS, steps=TRAIN_STEPS, seed=SEED,
