@@ -36,7 +36,7 @@ from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.sim.geometry import transit_height
-from robocoach_skills.sim.ik import IKConfig, IKSolver, top_down_rotation
+from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver, top_down_rotation
 from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
 from robocoach_skills.sim.scene import SceneConfig, SimScene
@@ -48,10 +48,6 @@ from robocoach_skills.skills import (
     wrap_angle,
 )
 from robocoach_skills.tasks import skill_instances
-
-# How much the IK may let the gripper pitch about its closing axis (see IKConfig.pitch_weight):
-# the PiPER's +-70 deg J5 cannot keep the hand vertical above ~0.1 m; the Franka can.
-IK_PITCH_WEIGHT: dict[str, float] = {"franka": 1.0, "piper": 0.1}
 
 FAILURE_MODES: tuple[str, ...] = ("stop_early", "drift", "miss", "wrong_object")
 FAILURE_STREAM = 7  # extra seed word: failure draws never shift the operator's ordinary randomness

@@ -35,8 +35,7 @@ from tqdm import tqdm
 from robocoach_skills.constants import LANDMARKS
 from robocoach_skills.device import select_device
 from robocoach_skills.experts.model import Backbone
-from robocoach_skills.operator import IK_PITCH_WEIGHT
-from robocoach_skills.sim.ik import IKConfig, IKSolver, top_down_rotation
+from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver, top_down_rotation
 from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
 from robocoach_skills.sim.scene import SceneConfig, SimScene

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+# How much the IK may let the gripper pitch about its closing axis (see IKConfig.pitch_weight):
+# the PiPER's +-70 deg J5 cannot keep the hand vertical above ~0.1 m; the Franka can.
+IK_PITCH_WEIGHT: dict[str, float] = {"franka": 1.0, "piper": 0.1}
+
 
 @dataclass(frozen=True)
 class IKConfig:

@@ -28,10 +28,9 @@ from typing import Protocol
 import mujoco
 import numpy as np
 
-from robocoach_skills.operator import IK_PITCH_WEIGHT
 from robocoach_skills.sim import mjcf
 from robocoach_skills.sim.arms import ArmSpec
-from robocoach_skills.sim.ik import IKConfig, IKSolver
+from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver
 from robocoach_skills.sim.layout import get_layout
 
 # Operator commands, whichever device or topic they come from.

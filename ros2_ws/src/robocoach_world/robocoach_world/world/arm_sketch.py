@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from robocoach_skills.constants import ROBOTS
+from robocoach_skills.kinematics import scene_model
 from robocoach_skills.sim import mjcf
-from robocoach_world.world.action_repr import AgnosticKinematics, scene_model
+from robocoach_world.world.action_repr import AgnosticKinematics
 
 SKETCH_CHANNELS = 3
 LINK_SAMPLES = 24  # Gaussians per link: a link spanning 0.8 of the edge gets one every ~1.4 widths (0.025)
