@@ -54,7 +54,7 @@ def synthetic_batch(
         proprio @ target_map(map_seed) / np.sqrt(ACTION_DIM)
     )  # (B, D), mostly in the linear range
     steps = (np.arange(1, k + 1, dtype=np.float32) / k)[None, :, None]  # (1, K, 1)
-    chunk = proprio[:, None, :] + STEP_DELTA * steps * motion[:, None, :]  # (B, K, D)
+    chunk = (proprio[:, None, :] + STEP_DELTA * steps * motion[:, None, :]).astype(np.float32)  # (B, K, D)
     chunk = np.stack([pad(r, c[:, channel_mask(r)]) for r, c in zip(robots, chunk, strict=True)])
     mask = np.ones((len(robots), k), dtype=np.float32)
     mask[-1, k // 2 :] = 0.0

@@ -21,6 +21,7 @@ from robocoach_skills.experts import (
     save_backbone,
 )
 from robocoach_skills.experts.artifacts import ADAPTER_META, ADAPTER_WEIGHTS, BACKBONE_WEIGHTS
+from robocoach_skills.experts.config import LEGACY_VALUES
 
 ROBOTS = ("franka", "piper", "piper", "franka")
 
@@ -97,7 +98,7 @@ def _reshape_one_tensor(path):
         (lambda p: _truncate(p / ADAPTER_WEIGHTS), "corrupt or was modified"),
         (lambda p: (p / ADAPTER_META).write_text("{not json"), "unreadable adapter metadata"),
         (lambda p: _rewrite_meta(p, skill="place"), "for skill 'place', not 'pick'"),
-        (_reshape_one_tensor, r"head.out.bias: expected \(33,\)"),
+        (_reshape_one_tensor, r"head.out.bias: expected \(21,\)"),  # K=4 hand motions of 5 + done
     ],
     ids=["flipped-bytes", "truncated", "bad-meta", "wrong-skill", "wrong-shape"],
 )
@@ -129,20 +130,23 @@ def test_corrupt_backbone_is_refused(tmp_path, trained):
     _assert_same(trained.state_dict(), before)
 
 
-def test_a_library_saved_before_keypoint_skip_loads_as_it_was_built(tmp_path, config):
-    """Artifacts written before the field existed have no `keypoint_skip`: they load without the skip."""
-    legacy = ExpertLibrary(ExpertConfig(**{**config.to_dict(), "keypoint_skip": False}), skills=("pick",))
+@pytest.mark.parametrize("field", sorted(LEGACY_VALUES))
+def test_a_library_saved_before_a_field_existed_loads_as_it_was_built(tmp_path, config, field):
+    """Artifacts written before `field` existed lack it: they load with its `LEGACY_VALUES` value."""
+    old_value = LEGACY_VALUES[field]
+    assert getattr(config, field) != old_value  # else the test checks nothing
+    legacy = ExpertLibrary(ExpertConfig(**{**config.to_dict(), field: old_value}), skills=("pick",))
     randomize_(legacy.parameters())
     save_backbone(legacy, tmp_path / "backbone")
     path = save_adapter(legacy, "pick", tmp_path / "pick" / "v0001", {"version": 1})
     for meta_file in (tmp_path / "backbone" / "config.json", path / ADAPTER_META):
         info = json.loads(meta_file.read_text())
-        del info["config"]["keypoint_skip"]
+        del info["config"][field]
         meta_file.write_text(json.dumps(info))
 
     fresh = load_backbone(tmp_path / "backbone")
-    assert not fresh.config.keypoint_skip and fresh.config.feature_dim == config.embed_dim
+    assert getattr(fresh.config, field) == old_value
     load_adapter(fresh, "pick", path)
     _assert_same(fresh.skill_state_dict("pick"), legacy.skill_state_dict("pick"))
-    with pytest.raises(AdapterLoadError, match="keypoint_skip"):
-        load_adapter(ExpertLibrary(config), "pick", path)  # a library with the skip refuses it
+    with pytest.raises(AdapterLoadError, match=field):
+        load_adapter(ExpertLibrary(config), "pick", path)  # a library built with today's value refuses it

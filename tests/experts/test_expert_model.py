@@ -53,6 +53,7 @@ def test_padded_channels_and_steps_past_the_end_do_not_count(config):
 
 
 def test_select_action_shapes_padding_and_hold_still(config):
+    config.action_space = "joint"  # random proprio is no top-down pose (hand space: test_hand_space_actions)
     lib = ExpertLibrary(config, skills=("pick",))
     batch = synthetic_batch(config, MIXED)
     chunk, done = lib.select_action(batch, "pick")

@@ -74,8 +74,9 @@ def _fresh_batches(config, n, map_seed, first_seed=0):
 
 
 def test_pretraining_learns_a_proprio_to_action_mapping(config):
-    # Random frames have no landmarks; this is about the proprio mapping.
+    # Random frames have no landmarks; this is about the proprio mapping, a map in joint space.
     config.argument_keypoints = config.keypoint_skip = False
+    config.action_space = "joint"
     lib = ExpertLibrary(config, skills=("pick",))
     start = _held_out_parts(lib, "pick", config, MAP_A)
     metrics, losses = pretrain(lib, _fresh_batches(config, LEARN_STEPS, MAP_A), LEARN_STEPS, progress=False)
@@ -87,6 +88,7 @@ def test_pretraining_learns_a_proprio_to_action_mapping(config):
 
 
 def test_adapter_update_alone_learns_a_new_skill_on_the_frozen_backbone(config):
+    config.action_space = "joint"  # the synthetic skills are maps in joint space
     lib = ExpertLibrary(config, skills=("pick",))
     pretrain(lib, _fresh_batches(config, LEARN_STEPS, MAP_A), LEARN_STEPS, progress=False)
     lib.add_skill("push")  # a different mapping the backbone never saw

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from robocoach_skills.action_contract import ACTION_DIM
+from robocoach_skills.kinematics import HAND_POSE_DIM
 
 # Names of the backbone layers that are not convolutions (see model.Backbone).
 DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
@@ -23,7 +24,11 @@ DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
 ARGUMENT_KEYPOINT_DIM = 8
 # Fields added after libraries were first saved, with the value that reproduces a library saved
 # without them: `from_dict` and the adapter signature check fill them in.
-LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False}
+LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False, "action_space": "joint"}
+# What a head's action chunk is relative to the current proprio (model.ActionHead):
+#   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
+#   "joint": joint deltas [rad] and the gripper's.
+ACTION_SPACES: tuple[str, ...] = ("ee", "joint")
 
 
 @dataclass
@@ -55,7 +60,13 @@ class ExpertConfig:
     lora_layers: tuple[str, ...] = ("fuse", "trunk")
     # Per-skill heads.
     chunk_len: int = 8  # K: future actions predicted per step (action chunking)
-    action_scale: float = 0.1  # typical |action - proprio| in a chunk [rad]: the action L1 counts in these
+    # Hand motions rather than joint deltas: where the hand goes is a near-linear function of where
+    # the keypoints say the object is, while each joint's share of it is not (a 100-demo pick landed
+    # 4 of 16 with hand motions against 1 of 16 with joint deltas; docs/bootstrap.md, session 13).
+    action_space: str = "ee"  # one of ACTION_SPACES
+    action_scale: float = 0.1  # typical |action - proprio| in a chunk [rad, gripper]: the L1 counts in these
+    position_scale: float = 0.02  # ... and of the hand's displacement in a chunk [m] ("ee")
+    ik_iters: int = 10  # DLS iterations turning a chunk of hand poses into joint targets ("ee")
     head_hidden: int = 128  # hidden width of each skill's head MLP
     done_bias_init: float = -4.0  # initial done logit: a fresh expert says "not done" (p ~ 0.018)
     # Loss.
@@ -84,6 +95,7 @@ class ExpertConfig:
             "lora_rank",
             "chunk_len",
             "head_hidden",
+            "ik_iters",
         )
         for name in positive:
             value = getattr(self, name)
@@ -107,7 +119,9 @@ class ExpertConfig:
             raise ValueError(
                 f"lora_layers {self.lora_layers!r} must be distinct names from {self.backbone_layer_names()}"
             )
-        for name in ("lora_alpha", "lr", "action_scale"):
+        if self.action_space not in ACTION_SPACES:
+            raise ValueError(f"action_space must be one of {ACTION_SPACES}, got {self.action_space!r}")
+        for name in ("lora_alpha", "lr", "action_scale", "position_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("done_weight", "done_pos_weight", "weight_decay", "grad_clip"):
@@ -122,6 +136,11 @@ class ExpertConfig:
     def feature_dim(self) -> int:
         """Width of the backbone's output, what every head reads: the trunk's, plus the skipped keypoints."""
         return self.embed_dim + (ARGUMENT_KEYPOINT_DIM if self.keypoint_skip else 0)
+
+    @property
+    def action_channels(self) -> int:
+        """Channels of each action in a head's chunk."""
+        return HAND_POSE_DIM if self.action_space == "ee" else ACTION_DIM
 
     def backbone_layer_names(self) -> tuple[str, ...]:
         """Every backbone layer LoRA can target, input to output."""
@@ -143,6 +162,7 @@ class ExpertConfig:
             "lora_alpha",
             "lora_layers",
             "chunk_len",
+            "action_space",
             "action_scale",
             "head_hidden",
         )

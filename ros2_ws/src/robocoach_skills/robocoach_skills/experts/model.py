@@ -6,13 +6,16 @@
     arguments (B,2) object/target -> embedding ---------------+                   |
     keypoints of the arguments' landmarks (B,8) ---------------+-------------------+ (keypoint_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features -> head[skill] -> action deltas (B,K,8) + done logit (B,)
+    features -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
-What the head predicts: the chunk *relative to the current proprio* (action_k - proprio), and the
-absolute joint targets are proprio + delta. Targets are absolute joint positions, so the delta
-carries the same information, but it is small and centred whatever the arm's configuration, is
-comparable across both arms, and makes the zero-initialised output layer of a fresh head command
-"hold the current position" (with done ~ 0) instead of driving the arm to the zero configuration.
+What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
+default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
+proprio puts the hand at (`kinematics.ArmKinematics.hand_pose`), and the joint targets are the
+top-down IK solution of that pose, started from the proprio (batched torch, so 64 imagined rollouts
+act in one call). With "joint", C = 8: joint deltas, and the targets are proprio + delta. Either
+way the delta is small and centred whatever the arm's configuration, is comparable across both
+arms, and makes the zero-initialised output layer of a fresh head command "hold the current
+position" (with done ~ 0) instead of driving the arm to the zero configuration.
 
 The adapter is passed to the backbone per call (see lora.py), so a batch for skill X reads only X's
 adapter and head. Padded channels (the PiPER arm's 7th joint) are masked out of the loss and
@@ -20,7 +23,7 @@ zeroed in the returned actions.
 
     lib = ExpertLibrary(ExpertConfig(), skills=("pick", "place"))
     loss, parts = lib(batch, "pick")                           # training (batch keys: KEY_* below)
-    chunk, done_prob = lib.select_action(obs, "pick")          # (B, K, 8), (B,)
+    chunk, done_prob = lib.select_action(obs, "pick")          # joint targets (B, K, 8), (B,)
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from robocoach_skills.constants import (
 )
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.lora import LoRAAdapter, LoRAConv2d, LoRALinear, LowRank
+from robocoach_skills.kinematics import HAND_POSE_DIM, ArmKinematics, wrap
+from robocoach_skills.sim.ik import IKConfig
 
 Batch = Mapping[str, Any]
 OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads
@@ -195,7 +200,7 @@ class Backbone(nn.Module):
 
 
 class ActionHead(nn.Module):
-    """features (B, config.feature_dim) -> action deltas (B, K, ACTION_DIM) and a done logit (B,).
+    """features (B, config.feature_dim) -> action deltas (B, K, config.action_channels), done logit (B,).
 
     The output layer starts at zero (bias of the done logit at `done_bias_init`): a fresh head holds
     the arm still and does not claim the subtask is done.
@@ -203,46 +208,40 @@ class ActionHead(nn.Module):
 
     def __init__(self, config: ExpertConfig) -> None:
         super().__init__()
-        self.chunk_len = config.chunk_len
+        self.chunk_len, self.channels = config.chunk_len, config.action_channels
         self.hidden = nn.Linear(config.feature_dim, config.head_hidden)
-        self.out = nn.Linear(config.head_hidden, config.chunk_len * ACTION_DIM + 1)
+        self.out = nn.Linear(config.head_hidden, config.chunk_len * self.channels + 1)
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
         with torch.no_grad():
             self.out.bias[-1] = config.done_bias_init
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.out(F.relu(self.hidden(features)))  # (B, K * ACTION_DIM + 1)
-        delta = out[:, :-1].reshape(-1, self.chunk_len, ACTION_DIM)  # (B, K, ACTION_DIM) [rad], gripper units
+        out = self.out(F.relu(self.hidden(features)))  # (B, K * C + 1)
+        delta = out[:, :-1].reshape(-1, self.chunk_len, self.channels)  # (B, K, C)
         return delta, out[:, -1]
 
 
 def chunk_loss(
     delta: torch.Tensor,
     done_logit: torch.Tensor,
-    batch: Batch,
-    channel_masks: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    scale: torch.Tensor,
+    done: torch.Tensor,
     config: ExpertConfig,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Masked L1 on the action chunk (real channels, in-episode steps only) + weighted BCE on done.
 
     L1 rather than MSE, as in ACT: it keeps precise targets precise instead of averaging modes. The
-    L1 is measured in units of config.action_scale so that it is O(1), like the BCE (in radians it
-    would be ~0.1 and the done term would steer the shared layers). Only the loss is scaled: a head
-    that outputs normalised deltas times action_scale learned ~2x slower under Adam in our tests.
+    L1 is measured in units of `scale` (C,) so that it is O(1), like the BCE (in radians it would be
+    ~0.1 and the done term would steer the shared layers). Only the loss is scaled: a head that
+    outputs normalised deltas times action_scale learned ~2x slower under Adam in our tests.
     """
-    chunk = batch[KEY_ACTION_CHUNK]  # (B, K, D)
-    if chunk.shape[1:] != delta.shape[1:]:
-        want = f"(B, {config.chunk_len}, {ACTION_DIM})"
-        raise ValueError(f"action_chunk must be {want}, got {tuple(chunk.shape)}")
-    target = chunk - batch[OBS_PROPRIO][:, None, :]  # (B, K, D) deltas from the current proprio
-    mask = batch[KEY_ACTION_MASK].to(delta.dtype)[:, :, None] * channel_masks[batch[KEY_ROBOT_ID]][:, None, :]
-    error = (delta - target).abs() / config.action_scale  # (B, K, D)
+    error = (delta - target).abs() / scale  # (B, K, C)
     action_l1 = (error * mask).sum() / mask.sum().clamp_min(1.0)
     pos_weight = torch.tensor(config.done_pos_weight, device=delta.device, dtype=delta.dtype)
-    done_bce = F.binary_cross_entropy_with_logits(
-        done_logit, batch[KEY_DONE].to(delta.dtype), pos_weight=pos_weight
-    )
+    done_bce = F.binary_cross_entropy_with_logits(done_logit, done.to(delta.dtype), pos_weight=pos_weight)
     loss = action_l1 + config.done_weight * done_bce
     return loss, {"loss": loss.item(), "action_l1": action_l1.item(), "done_bce": done_bce.item()}
 
@@ -299,6 +298,13 @@ class ChunkPolicy(nn.Module, ABC):
         self.config = config
         masks = np.stack([channel_mask(robot) for robot in ROBOTS]).astype(np.float32)
         self.register_buffer("channel_masks", torch.from_numpy(masks), persistent=False)  # (R, ACTION_DIM)
+        c = self.config
+        if c.action_space == "ee":
+            self.kinematics = ArmKinematics()
+            scale = [c.position_scale] * 3 + [c.action_scale] * (HAND_POSE_DIM - 3)  # m, m, m, rad, gripper
+        else:
+            scale = [c.action_scale] * ACTION_DIM
+        self.register_buffer("action_scales", torch.tensor(scale), persistent=False)  # (C,)
 
     @property
     @abstractmethod
@@ -311,7 +317,7 @@ class ChunkPolicy(nn.Module, ABC):
 
     @abstractmethod
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs -> action deltas (B, K, ACTION_DIM), done logit (B,)."""
+        """obs -> action deltas (B, K, config.action_channels), done logit (B,)."""
 
     @abstractmethod
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
@@ -332,13 +338,28 @@ class ChunkPolicy(nn.Module, ABC):
         if self.config.shift_pixels:
             batch = {**batch, OBS_IMAGE: random_shift(batch[OBS_IMAGE], self.config.shift_pixels)}
         delta, done_logit = self.predict(batch, skill)
-        return chunk_loss(delta, done_logit, batch, self.channel_masks, self.config)
+        target, mask = self.delta_targets(batch)
+        return chunk_loss(delta, done_logit, target, mask, self.action_scales, batch[KEY_DONE], self.config)
+
+    def delta_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recorded chunk as the deltas a head predicts (B, K, C), and which of them count (B, K, C):
+        real channels of in-episode steps."""
+        chunk, proprio, robot = batch[KEY_ACTION_CHUNK], batch[OBS_PROPRIO], batch[KEY_ROBOT_ID]
+        if chunk.shape[1:] != (self.config.chunk_len, ACTION_DIM):
+            want = f"(B, {self.config.chunk_len}, {ACTION_DIM})"
+            raise ValueError(f"action_chunk must be {want}, got {tuple(chunk.shape)}")
+        steps = batch[KEY_ACTION_MASK].to(chunk.dtype)[:, :, None]  # (B, K, 1)
+        if self.config.action_space == "joint":
+            return chunk - proprio[:, None, :], steps * self.channel_masks[robot][:, None, :]
+        target = self.kinematics.hand_pose(chunk, robot) - self.kinematics.hand_pose(proprio, robot)[:, None]
+        target[..., 3] = wrap(target[..., 3])  # the shorter way round
+        return target, steps.expand_as(target)
 
     def select_action(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs (image, proprio, robot_id) -> absolute action chunk (B, K, ACTION_DIM), done prob (B,).
+        """obs (image, proprio, robot_id) -> joint targets (B, K, ACTION_DIM), done prob (B,).
 
-        Outputs are on the library's device. Padded channels are exactly 0. Joint limits are the
-        executor's job, not the policy's.
+        Outputs are on the library's device. Padded channels are exactly 0. Hand motions ("ee") are
+        solved within joint limits; otherwise joint limits are the executor's job, not the policy's.
         """
         was_training = self.training
         self.eval()
@@ -346,10 +367,17 @@ class ChunkPolicy(nn.Module, ABC):
             with torch.inference_mode():
                 obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
                 self._check_obs(obs)
-                delta, done_logit = self.predict(obs, skill)  # (B, K, D), (B,)
-                mask = self.channel_masks[obs[KEY_ROBOT_ID]][:, None, :]  # (B, 1, D)
-                chunk = (obs[OBS_PROPRIO][:, None, :] + delta) * mask  # (B, K, D)
-                return chunk, torch.sigmoid(done_logit)
+                delta, done_logit = self.predict(obs, skill)  # (B, K, C), (B,)
+                proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
+                mask = self.channel_masks[robot][:, None, :]  # (B, 1, ACTION_DIM)
+                if self.config.action_space == "joint":
+                    chunk = proprio[:, None, :] + delta
+                else:
+                    hand = self.kinematics.hand_pose(proprio, robot)[:, None] + delta  # (B, K, HAND_POSE_DIM)
+                    start = proprio[:, None, :].expand(-1, self.config.chunk_len, -1)
+                    ik = IKConfig(max_iters=self.config.ik_iters)
+                    chunk = self.kinematics.solve_top_down(hand, start, robot, ik)
+                return chunk * mask, torch.sigmoid(done_logit)
         finally:
             self.train(was_training)
 
