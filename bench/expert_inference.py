@@ -1,7 +1,9 @@
-"""Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run.
+"""Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run, for
+experts acting in hand space (the default: joint targets by batched IK) and in joint space, side by side.
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
-default ExpertConfig at 64x64 on random inputs: the network cost does not depend on the values.
+default ExpertConfig at 64x64 on random frames: the network cost does not depend on the values. The
+proprio is each arm's home pose plus noise, so the IK does the work of an arm in a top-down pose.
 
     source env.sh && python bench/expert_inference.py                 # defaults: 200 calls, 100 update steps
     python bench/expert_inference.py --threads 2 --update-steps 300
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 import tyro
 
-from robocoach_skills.action_contract import ACTION_DIM
+from robocoach_skills.action_contract import ACTION_DIM, pad
 from robocoach_skills.constants import (
     KEY_ACTION_CHUNK,
     KEY_ACTION_MASK,
@@ -29,7 +31,9 @@ from robocoach_skills.constants import (
     SUBTASK_ARGUMENTS,
 )
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
+from robocoach_skills.experts.config import ACTION_SPACES
 from robocoach_skills.experts.train import update_adapter
+from robocoach_skills.sim.arms import get_arm
 
 SKILLS = ("pick", "place", "push", "open_drawer", "close_drawer", "press_button")
 
@@ -42,16 +46,22 @@ class Args:
     update_batch: int = 64  # samples per update step
     threads: int = 1  # torch intra-op threads
     seed: int = 0
+    proprio_noise: float = 0.05  # uniform joint noise around the home pose [rad]
 
 
-def random_batch(config: ExpertConfig, size: int, generator: torch.Generator) -> dict:
+def random_batch(config: ExpertConfig, size: int, generator: torch.Generator, noise: float) -> dict:
     s, k = config.image_size, config.chunk_len
+    robots = torch.randint(len(ROBOTS), (size,), generator=generator)
+    homes = torch.stack(
+        [torch.from_numpy(pad(r, np.append(get_arm(r).home, 1.0)).astype(np.float32)) for r in ROBOTS]
+    )
+    proprio = homes[robots] + noise * (2 * torch.rand(size, ACTION_DIM, generator=generator) - 1)
     return {
         OBS_IMAGE: torch.rand(size, 3, s, s, generator=generator),
-        OBS_PROPRIO: torch.rand(size, ACTION_DIM, generator=generator),
-        KEY_ROBOT_ID: torch.randint(len(ROBOTS), (size,), generator=generator),
+        OBS_PROPRIO: proprio,
+        KEY_ROBOT_ID: robots,
         KEY_ARGUMENTS: torch.randint(len(SUBTASK_ARGUMENTS), (size, 2), generator=generator),
-        KEY_ACTION_CHUNK: torch.rand(size, k, ACTION_DIM, generator=generator),
+        KEY_ACTION_CHUNK: proprio[:, None] + noise * torch.rand(size, k, ACTION_DIM, generator=generator),
         KEY_ACTION_MASK: torch.ones(size, k),
         KEY_DONE: torch.zeros(size),
     }
@@ -71,23 +81,32 @@ def latency_ms(library: ExpertLibrary, batch: dict, args: Args) -> tuple[float, 
 def main(args: Args) -> None:
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(args.seed)
-    config = ExpertConfig()
-    library = ExpertLibrary(config, skills=SKILLS)
-    print(f"expert inference, {config.image_size}x{config.image_size} frames, {args.threads} torch thread(s)")
+    sizes = (1, 64)
+    batches = {size: random_batch(ExpertConfig(), size, generator, args.proprio_noise) for size in sizes}
+    updates = [
+        random_batch(ExpertConfig(), args.update_batch, generator, args.proprio_noise) for _ in range(4)
+    ]
+    print(
+        f"expert inference, 64x64 frames, {args.threads} torch thread(s), {args.calls} calls per batch size"
+    )
     results = {}
-    for size in (1, 64):
-        mean, p99 = latency_ms(library, random_batch(config, size, generator), args)
-        results[size] = mean
-        per_obs = mean / size
-        print(
-            f"  batch {size:3d}: mean {mean:7.2f} ms  p99 {p99:7.2f} ms  ({per_obs:6.3f} ms per observation)"
-        )
-    print(f"  batching 64 observations costs {results[64] / results[1]:.1f}x one observation")
-    batches = [random_batch(config, args.update_batch, generator) for _ in range(4)]
-    start = time.perf_counter()
-    update_adapter(library, "pick", batches, args.update_steps, progress=False)
-    seconds = time.perf_counter() - start
-    print(f"  adapter update: {args.update_steps} steps x batch {args.update_batch} in {seconds:.1f} s")
+    for space in ACTION_SPACES:
+        library = ExpertLibrary(ExpertConfig(action_space=space), skills=SKILLS)
+        print(f" action_space={space}")
+        for size in sizes:
+            mean, p99 = latency_ms(library, batches[size], args)
+            results[space, size] = mean
+            per_obs = mean / size
+            print(
+                f"  batch {size:3d}: mean {mean:7.2f} ms  p99 {p99:7.2f} ms  ({per_obs:6.3f} ms/observation)"
+            )
+        start = time.perf_counter()
+        update_adapter(library, "pick", updates, args.update_steps, progress=False)
+        seconds = results[space, "update"] = time.perf_counter() - start
+        print(f"  adapter update: {args.update_steps} steps x batch {args.update_batch} in {seconds:.1f} s")
+    for key in (*sizes, "update"):
+        what = f"batch {key}" if key != "update" else "adapter update"
+        print(f" ee / joint, {what}: {results['ee', key] / results['joint', key]:.2f}x")
 
 
 if __name__ == "__main__":
