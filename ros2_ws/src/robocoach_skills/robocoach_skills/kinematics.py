@@ -49,14 +49,10 @@ def _quat_to_matrix(quat: np.ndarray) -> np.ndarray:
     return mat.reshape(3, 3)
 
 
-def _axis_rotation(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
-    """Rodrigues: (3,) unit axis, (N,) angles -> (N, 3, 3)."""
+def _skew(axis: np.ndarray) -> np.ndarray:
+    """(3,) -> (3, 3) cross-product matrix: skew(a) @ v = a x v."""
     x, y, z = axis
-    zero = torch.zeros((), dtype=axis.dtype, device=axis.device)
-    skew = torch.stack([torch.stack([zero, -z, y]), torch.stack([z, zero, -x]), torch.stack([-y, x, zero])])
-    s, c = torch.sin(angle)[:, None, None], torch.cos(angle)[:, None, None]
-    eye = torch.eye(3, dtype=axis.dtype, device=axis.device)
-    return eye + s * skew + (1 - c) * (skew @ skew)
+    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
 
 
 def top_down(yaw: torch.Tensor) -> torch.Tensor:
@@ -122,6 +118,11 @@ class ArmChain(nn.Module):
             anchor.append(model.jnt_pos[j] if j is not None else np.zeros(3))
         limits = np.array([model.jnt_range[model.joint(n).id] for n in arm.joint_names])  # (n_joints, 2)
         as_t = lambda a: torch.tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+        skew = np.stack([_skew(a) for a in axis])
+        # Rodrigues about each hinge axis: R(angle) = I + sin(angle) skew + (1 - cos(angle)) skew^2.
+        self.register_buffer("skew", as_t(skew), persistent=False)  # (nb, 3, 3)
+        self.register_buffer("skew_sq", as_t(skew @ skew), persistent=False)  # (nb, 3, 3)
+        self.register_buffer("eye", torch.eye(3), persistent=False)
         self.register_buffer("body_rot", as_t(rot), persistent=False)  # (nb, 3, 3)
         self.register_buffer("body_pos", as_t(pos), persistent=False)  # (nb, 3)
         self.register_buffer("axis", as_t(axis), persistent=False)  # (nb, 3)
@@ -135,15 +136,16 @@ class ArmChain(nn.Module):
         """(N, n_joints) -> chain points (N, n_bodies + 1, 3), TCP rotation (N, 3, 3), and every hinge's
         world axis and anchor (N, n_joints, 3) each, in joint order."""
         n = q.shape[0]
-        rot = torch.eye(3, dtype=q.dtype, device=q.device).expand(n, 3, 3)
+        rot = self.eye.to(q.dtype).expand(n, 3, 3)
         pos = torch.zeros(n, 3, dtype=q.dtype, device=q.device)
+        sin, cos = torch.sin(q)[:, :, None, None], torch.cos(q)[:, :, None, None]  # (N, n_joints, 1, 1)
         points, axes, anchors = [], [None] * self.n_joints, [None] * self.n_joints
         for b, slot in enumerate(self.joint_slot):
             pos = pos + rot @ self.body_pos[b]
             rot = rot @ self.body_rot[b]
             if slot >= 0:  # hinge about `axis` through `anchor`: x -> anchor + R (x - anchor)
                 axes[slot], anchors[slot] = rot @ self.axis[b], pos + rot @ self.anchor[b]
-                hinge = _axis_rotation(self.axis[b], q[:, slot])
+                hinge = self.eye + sin[:, slot] * self.skew[b] + (1 - cos[:, slot]) * self.skew_sq[b]
                 pos = pos + (rot @ (self.anchor[b] - hinge @ self.anchor[b]).unsqueeze(-1)).squeeze(-1)
                 rot = rot @ hinge
             points.append(pos)
