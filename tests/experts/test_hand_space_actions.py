@@ -6,15 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from expert_helpers import synthetic_batch
+from expert_helpers import randomize_, synthetic_batch
 
 from robocoach_skills.action_contract import pad, robot_id
-from robocoach_skills.constants import ROBOTS
+from robocoach_skills.composition import Subtask
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO, ROBOTS
 from robocoach_skills.experts import ExpertLibrary
 from robocoach_skills.kinematics import ArmKinematics, scene_model
 from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver, top_down_rotation
 from robocoach_skills.sim.mjcf import TCP_SITE
+from robocoach_skills.skill_policy import ChunkExecutionConfig, LibraryPolicy
 
 N_GOALS = 32
 REACH = 0.1  # goals lie in a cube of this side around the home hand position [m]
@@ -109,3 +111,21 @@ def test_a_fresh_hand_space_head_holds_a_top_down_arm_still(config):
     batch["proprio"] = torch.stack([_home(r) for r in ROBOTS])
     chunk, _ = lib.select_action(batch, "pick")
     np.testing.assert_allclose(chunk.numpy(), batch["proprio"][:, None].expand_as(chunk).numpy(), atol=1e-3)
+
+
+def test_steps_between_chunks_read_the_done_head_without_solving_ik(config, monkeypatch):
+    lib = ExpertLibrary(config, skills=("pick",))
+    randomize_(lib.heads["pick"].parameters())
+    batch = synthetic_batch(config, ROBOTS)
+    _, done = lib.select_action(batch, "pick")
+    solves = []
+    real_solve = lib.kinematics.solve_top_down
+    monkeypatch.setattr(lib.kinematics, "solve_top_down", lambda *a: solves.append(1) or real_solve(*a))
+    assert torch.equal(lib.done_probability(batch, "pick"), done) and not solves
+
+    policy = LibraryPolicy(lib, config=ChunkExecutionConfig(n_action_steps=3))
+    frame = np.zeros((config.image_size, config.image_size, 3), np.uint8)
+    obs = {OBS_IMAGE: frame, OBS_PROPRIO: _home("franka").numpy()}  # the Franka's padded layout is its own
+    for _ in range(6):
+        policy.act(obs, Subtask("pick", "red_cube"), "franka")
+    assert len(solves) == 2  # one chunk per 3 steps

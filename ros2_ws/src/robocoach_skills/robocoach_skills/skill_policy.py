@@ -77,8 +77,10 @@ class LibraryPolicy:
 
     def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
         batch = observation_batch([obs], [robot], [subtask], self.library.device)
-        chunk, done_prob = self.library.select_action(batch, subtask.skill)  # (1, K, ACTION_DIM), (1,)
-        if not self._queue:
+        if self._queue:
+            done_prob = self.library.done_probability(batch, subtask.skill)  # (1,)
+        else:
+            chunk, done_prob = self.library.select_action(batch, subtask.skill)  # (1, K, ACTION_DIM), (1,)
             native = action_contract.unpad(robot, chunk[0].cpu().numpy())  # (K, native_dim)
             self._queue.extend(native[: self.config.n_action_steps])
         return self._queue.popleft(), float(done_prob[0])

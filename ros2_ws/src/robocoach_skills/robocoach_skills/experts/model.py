@@ -361,23 +361,37 @@ class ChunkPolicy(nn.Module, ABC):
         Outputs are on the library's device. Padded channels are exactly 0. Hand motions ("ee") are
         solved within joint limits; otherwise joint limits are the executor's job, not the policy's.
         """
+        with self._inference():
+            obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
+            self._check_obs(obs)
+            delta, done_logit = self.predict(obs, skill)  # (B, K, C), (B,)
+            proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
+            mask = self.channel_masks[robot][:, None, :]  # (B, 1, ACTION_DIM)
+            if self.config.action_space == "joint":
+                chunk = proprio[:, None, :] + delta
+            else:
+                hand = self.kinematics.hand_pose(proprio, robot)[:, None] + delta  # (B, K, HAND_POSE_DIM)
+                start = proprio[:, None, :].expand(-1, self.config.chunk_len, -1)
+                ik = IKConfig(max_iters=self.config.ik_iters)
+                chunk = self.kinematics.solve_top_down(hand, start, robot, ik)
+            return chunk * mask, torch.sigmoid(done_logit)
+
+    def done_probability(self, obs: Batch, skill: str) -> torch.Tensor:
+        """obs -> done prob (B,) as `select_action` gives it, without turning the chunk into joint
+        targets: for the steps an executor runs from a chunk it already has."""
+        with self._inference():
+            obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
+            self._check_obs(obs)
+            return torch.sigmoid(self.predict(obs, skill)[1])
+
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
+        """Eval mode without autograd for the block; the previous mode is restored after it."""
         was_training = self.training
         self.eval()
         try:
             with torch.inference_mode():
-                obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
-                self._check_obs(obs)
-                delta, done_logit = self.predict(obs, skill)  # (B, K, C), (B,)
-                proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
-                mask = self.channel_masks[robot][:, None, :]  # (B, 1, ACTION_DIM)
-                if self.config.action_space == "joint":
-                    chunk = proprio[:, None, :] + delta
-                else:
-                    hand = self.kinematics.hand_pose(proprio, robot)[:, None] + delta  # (B, K, HAND_POSE_DIM)
-                    start = proprio[:, None, :].expand(-1, self.config.chunk_len, -1)
-                    ik = IKConfig(max_iters=self.config.ik_iters)
-                    chunk = self.kinematics.solve_top_down(hand, start, robot, ik)
-                return chunk * mask, torch.sigmoid(done_logit)
+                yield
         finally:
             self.train(was_training)
 
