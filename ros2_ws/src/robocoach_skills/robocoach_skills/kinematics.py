@@ -19,6 +19,7 @@ torch.Size([2, 5])
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from functools import cache
 
 import mujoco
@@ -26,15 +27,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from robocoach_skills.action_contract import ACTION_DIM, JOINTS_PER_ROBOT
+from robocoach_skills.action_contract import ACTION_DIM
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.sim import mjcf
 from robocoach_skills.sim.arms import get_arm
-from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig
+from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, LIMIT_SLACK, IKConfig
 from robocoach_skills.sim.layout import get_layout
 
 HAND_POSE_DIM = 5  # x, y, z [m], closing-axis yaw [rad], gripper
-LIMIT_SLACK = 1e-6  # a joint this close to a limit counts as at it [rad]
 
 
 @cache
@@ -172,9 +172,8 @@ class ArmChain(nn.Module):
         arm, joints at a limit that the update pushes further locked); it runs until every row converged.
         """
         q_rest = q
-        eye = torch.eye(3, dtype=q.dtype, device=q.device)
         closing = rot[:, :, 1:2]  # (N, 3, 1)
-        weight = eye - (1.0 - config.pitch_weight) * closing @ closing.transpose(1, 2)  # (N, 3, 3)
+        weight = self.eye - (1.0 - config.pitch_weight) * closing @ closing.transpose(1, 2)  # (N, 3, 3)
         damping = config.damping * torch.eye(6, dtype=q.dtype, device=q.device)
         for _ in range(config.max_iters):
             points, now, axes, anchors = self._frames(q)
@@ -228,6 +227,13 @@ class ArmKinematics(nn.Module):
         ids = robot_ids.reshape(*robot_ids.shape, *[1] * (len(lead) - robot_ids.dim()))
         return ids.expand(lead).reshape(-1)
 
+    def _by_arm(self, ids: torch.Tensor) -> Iterator[tuple[ArmChain, torch.Tensor]]:
+        """(chain, indices of its rows) for every arm with rows in the flat `ids`."""
+        for rid, chain in enumerate(self.chains):
+            rows = (ids == rid).nonzero(as_tuple=True)[0]
+            if rows.numel():
+                yield chain, rows
+
     def walk(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(..., ACTION_DIM) padded vectors -> the chain's points (..., n_points, 3) (`ArmChain.walk`; an arm
         with fewer bodies repeats its TCP, so the last point is always the TCP), TCP rotation (..., 3, 3).
@@ -239,12 +245,10 @@ class ArmKinematics(nn.Module):
         flat = padded.reshape(-1, ACTION_DIM)
         points = flat.new_zeros(flat.shape[0], self.n_points, 3)
         rot = flat.new_zeros(flat.shape[0], 3, 3)
-        for rid, chain in enumerate(self.chains):
-            rows = (ids == rid).nonzero(as_tuple=True)[0]
-            if rows.numel():
-                p, r = chain.walk(flat[rows, : JOINTS_PER_ROBOT[ROBOTS[rid]]])
-                p = torch.cat([p, p[:, -1:].expand(-1, self.n_points - p.shape[1], -1)], dim=1)
-                points, rot = points.index_copy(0, rows, p), rot.index_copy(0, rows, r)
+        for chain, rows in self._by_arm(ids):
+            p, r = chain.walk(flat[rows, : chain.n_joints])
+            p = torch.cat([p, p[:, -1:].expand(-1, self.n_points - p.shape[1], -1)], dim=1)
+            points, rot = points.index_copy(0, rows, p), rot.index_copy(0, rows, r)
         return points.reshape(*lead, self.n_points, 3), rot.reshape(*lead, 3, 3)
 
     def tcp_pose(self, padded: torch.Tensor, robot_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,10 +276,8 @@ class ArmKinematics(nn.Module):
         flat_hand, flat_start = hand.reshape(-1, HAND_POSE_DIM), start.reshape(-1, ACTION_DIM)
         out = torch.zeros_like(flat_start)
         out[:, -1] = flat_hand[:, -1]
-        for rid, chain in enumerate(self.chains):
-            rows = (ids == rid).nonzero(as_tuple=True)[0]
-            if rows.numel():
-                arm_config = dataclasses.replace(config, pitch_weight=IK_PITCH_WEIGHT[chain.robot])
-                goal, q = flat_hand[rows], flat_start[rows, : chain.n_joints]
-                out[rows, : chain.n_joints] = chain.solve(goal[:, :3], top_down(goal[:, 3]), q, arm_config)
+        for chain, rows in self._by_arm(ids):
+            arm_config = dataclasses.replace(config, pitch_weight=IK_PITCH_WEIGHT[chain.robot])
+            goal, q = flat_hand[rows], flat_start[rows, : chain.n_joints]
+            out[rows, : chain.n_joints] = chain.solve(goal[:, :3], top_down(goal[:, 3]), q, arm_config)
         return out.reshape(*lead, ACTION_DIM)

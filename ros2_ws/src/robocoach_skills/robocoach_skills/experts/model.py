@@ -351,7 +351,8 @@ class ChunkPolicy(nn.Module, ABC):
         steps = batch[KEY_ACTION_MASK].to(chunk.dtype)[:, :, None]  # (B, K, 1)
         if self.config.action_space == "joint":
             return chunk - proprio[:, None, :], steps * self.channel_masks[robot][:, None, :]
-        target = self.kinematics.hand_pose(chunk, robot) - self.kinematics.hand_pose(proprio, robot)[:, None]
+        hand = self.kinematics.hand_pose(torch.cat([chunk, proprio[:, None]], dim=1), robot)  # (B, K + 1, 5)
+        target = hand[:, :-1] - hand[:, -1:]  # from where the proprio puts the hand
         target[..., 3] = wrap(target[..., 3])  # the shorter way round
         return target, steps.expand_as(target)
 
@@ -362,8 +363,7 @@ class ChunkPolicy(nn.Module, ABC):
         solved within joint limits; otherwise joint limits are the executor's job, not the policy's.
         """
         with self._inference():
-            obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
-            self._check_obs(obs)
+            obs = self._observation(obs)
             delta, done_logit = self.predict(obs, skill)  # (B, K, C), (B,)
             proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
             mask = self.channel_masks[robot][:, None, :]  # (B, 1, ACTION_DIM)
@@ -380,9 +380,13 @@ class ChunkPolicy(nn.Module, ABC):
         """obs -> done prob (B,) as `select_action` gives it, without turning the chunk into joint
         targets: for the steps an executor runs from a chunk it already has."""
         with self._inference():
-            obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
-            self._check_obs(obs)
-            return torch.sigmoid(self.predict(obs, skill)[1])
+            return torch.sigmoid(self.predict(self._observation(obs), skill)[1])
+
+    def _observation(self, obs: Batch) -> dict[str, torch.Tensor]:
+        """What `select_action` reads of `obs`, on the library's device, checked."""
+        obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
+        self._check_obs(obs)
+        return obs
 
     @contextmanager
     def _inference(self) -> Iterator[None]:

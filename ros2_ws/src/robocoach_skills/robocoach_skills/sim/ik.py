@@ -18,6 +18,7 @@ import numpy as np
 # How much the IK may let the gripper pitch about its closing axis (see IKConfig.pitch_weight):
 # the PiPER's +-70 deg J5 cannot keep the hand vertical above ~0.1 m; the Franka can.
 IK_PITCH_WEIGHT: dict[str, float] = {"franka": 1.0, "piper": 0.1}
+LIMIT_SLACK = 1e-6  # a joint this close to a limit counts as at it [rad]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class IKSolver:
             if free.sum() > j.shape[0]:
                 null = np.diag(free.astype(float)) - np.linalg.pinv(j) @ j
                 dq += null @ (cfg.nullspace_gain * (q_rest - q) * free)
-            pushing = free & (((q <= self.lower + 1e-6) & (dq < 0)) | ((q >= self.upper - 1e-6) & (dq > 0)))
+            at_lower, at_upper = q <= self.lower + LIMIT_SLACK, q >= self.upper - LIMIT_SLACK
+            pushing = free & ((at_lower & (dq < 0)) | (at_upper & (dq > 0)))
             if not pushing.any():
                 break
             free &= ~pushing
