@@ -20,7 +20,7 @@ def robocoach(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
 def test_help_lists_subcommands():
     result = robocoach("--help")
     assert result.returncode == 0
-    assert all(name in result.stdout for name in ("demo", "experiment", "probe"))
+    assert all(name in result.stdout for name in ("demo", "experiment", "probe", "detector-check"))
 
 
 def test_a_probe_of_a_missing_subtask_names_the_composition_s_subtasks(tmp_path):

@@ -4,6 +4,7 @@ robocoach demo --quick          # the main job, small profile
 robocoach demo --help           # every option with its default
 robocoach experiment --profile reduced --run runs/quick1   # the matched-budget comparison
 robocoach probe --experts runs/demo/experts --task press_push --subtask 0   # one expert, n fresh demos
+robocoach detector-check --experts runs/demo/experts --judge runs/demo/judge   # where detectors switch
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import tyro
 
 from robocoach_bringup.demo import DemoConfig, run_demo
 from robocoach_bringup.experiment import ExperimentConfig, run_experiment
-from robocoach_world.coach import probe
+from robocoach_world.coach import detector_check, probe
 
 
 def _demo(config: DemoConfig) -> int:
@@ -39,10 +40,17 @@ def _probe(config: probe.ProbeConfig) -> int:
     return 0
 
 
+def _detector_check(config: detector_check.DetectorCheckConfig) -> int:
+    detector_check.main(config)
+    print(f"report: {config.out / 'detector_check.md'}")
+    return 0
+
+
 COMMANDS = {
     "demo": (DemoConfig, _demo),
     "experiment": (ExperimentConfig, _experiment),
     "probe": (probe.ProbeConfig, _probe),
+    "detector-check": (detector_check.DetectorCheckConfig, _detector_check),
 }
 
 
