@@ -289,6 +289,16 @@ def test_a_killed_coach_resumes_without_losing_or_recounting(ros_probe, graph, t
     assert (killed["round"], killed["phase"]) == (0, "collect"), killed
     assert killed["demos_spent"] < PER_ROUND
     run_id = killed["run_id"]
+    # The killed coach's goal goes on; restart once it has recorded the round's demos. A coach restarted
+    # while that goal still runs can adopt its first demo, have its own goal for the rest accepted as
+    # soon as the old one ends, and so ask for a demo the old goal already stored (seen 2026-12-02: one
+    # stored demo never counted): a race of the coach/station protocol, left open in docs/coach.md.
+    spin_until(
+        ros_probe,
+        lambda: sum(e.accepted for e in graph.heard.episodes) >= PER_ROUND,
+        COACH_TIMEOUT_S,
+        "the killed coach's goal to record its demos",
+    )
 
     # 2. mid-improve, pinned between the two LoadAdapter calls: with the world model paused (SIGSTOP;
     # a paused node answers no discovery either) the restarted coach counts the demos, publishes round
