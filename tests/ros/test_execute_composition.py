@@ -44,9 +44,9 @@ ROBOT, TASK, SEED = "piper", "close_then_push", 1
 DEMOS, TRAIN_STEPS = 4, 1500  # 600 steps left the drawer at 0.76 progress in-process too
 # How the executor runs this expert (measured 2026-12-02 on seed 1, in process): the drawer is closed
 # from step 75 and the done head stays above 0.5 from step 84, so the router's default patience (2)
-# switches after the close; with patience 4 the oscillating done head (0.46-0.93 after the close)
-# never confirmed it through ROS, where 58 ticks came late, though the drawer had closed. The expert
-# re-plans every 4 steps, as measured when this test was written.
+# switches after the close there. Through ROS neither patience 2 nor 4 confirmed it (the done head
+# peaked at 0.33, 58 ticks came late), though the drawer closed. The expert re-plans every 4 steps,
+# as measured when this test was written.
 DONE_PATIENCE, N_ACTION_STEPS = 2, 4
 TIMEOUT_S = 60.0
 STATUS_SUCCEEDED = 4
