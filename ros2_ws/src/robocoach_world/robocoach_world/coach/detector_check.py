@@ -41,6 +41,7 @@ from robocoach_world.judge.detector import JudgeDetector, judge_detector_args
 log = logging.getLogger(__name__)
 
 ON_TIME, EARLY, NEVER = "on_time", "early", "never"
+MARKERS = ("o", "x")  # plot marker of each checked detector, in report["detectors"] order
 
 
 @dataclass
@@ -186,6 +187,7 @@ def main(config: DetectorCheckConfig) -> dict:
         "config": jsonable(asdict(config)),
         "subtask": str(composition.subtasks[config.subtask]),
         "deadline": router_config.deadline(skill),
+        "detectors": list(shadows),
         "summary": summarize(trials, list(shadows)),
         "trials": trials,
     }
@@ -208,7 +210,7 @@ def markdown(report: dict) -> str:
         "| detector | on time | early | never | median delay after completion [steps] |",
         "|---|---|---|---|---|",
     ]
-    for name in (k for k in ("done_head", "judge") if k in s):
+    for name in report["detectors"]:
         d = s[name]
         delay = "-" if d["median_delay"] is None else f"{d['median_delay']:.0f}"
         lines.append(f"| {name} | {d[ON_TIME]} | {d[EARLY]} | {d[NEVER]} | {delay} |")
@@ -223,15 +225,17 @@ def plot(report: dict, path: Path) -> Path:
         if trial["first_complete"] >= 0:
             ax.barh(row, report["deadline"] - trial["first_complete"], left=trial["first_complete"],
                     color="tab:green", alpha=0.25)  # fmt: skip
-        for name, marker in (("done_head", "o"), ("judge", "x")):
-            fired = trial["fired"].get(name, -1)
-            if fired >= 0:
-                ax.scatter(fired, row, marker=marker, color="black", label=name if row == 0 else None)
+        for name, marker in zip(report["detectors"], MARKERS, strict=True):
+            if trial["fired"][name] >= 0:  # labelled once, on the first trial it fired in
+                labelled = name in ax.get_legend_handles_labels()[1]
+                ax.scatter(
+                    trial["fired"][name], row, marker=marker, color="black", label=None if labelled else name
+                )
     ax.set_yticks(range(len(report["trials"])), [str(t["seed"]) for t in report["trials"]])
     ax.set(xlabel="policy step (green: subtask complete)", xlim=(0, report["deadline"]),
            title=f"where the detectors switch: {report['subtask']}")  # fmt: skip
-    if report["trials"]:
-        ax.legend(loc="lower right")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(loc="upper left")  # detectors fire late in a subtask: the left stays clear
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
