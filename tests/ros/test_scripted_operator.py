@@ -121,3 +121,29 @@ def test_unservable_requests_are_rejected_with_a_reason(
     assert status == GoalStatus.STATUS_ABORTED and not result.success
     assert reason in result.message and not result.episodes
     assert all(m.metadata.get("request_id") != request_id for m in EpisodeStore(station["store"]).iter_meta())
+
+
+def test_a_request_asked_again_records_only_what_the_store_lacks(ros_probe, station):
+    """The coach's restart case: a goal for a request some of whose demos are stored already."""
+    request_id = "r002-03"
+
+    def stored() -> list[str]:
+        return EpisodeStore(station["store"]).ids()
+
+    _, first, _ = _collect(ros_probe, station, _request(request_id, count=1))
+    [kept] = [e.episode_id for e in first.episodes if e.accepted]
+    before = set(stored())
+
+    status, again, _ = _collect(ros_probe, station, _request(request_id, count=2))
+    assert status == GoalStatus.STATUS_SUCCEEDED and again.success, again.message
+    accepted = [e for e in again.episodes if e.accepted]
+    assert [e.episode_id for e in accepted][0] == kept and len(accepted) == 2
+    assert "1 stored before" in again.message
+    [new] = set(stored()) - before  # one take recorded, from the seed after the stored demo's
+    assert new == accepted[1].episode_id and accepted[1].initial_state_seed == SEEDS[1]
+    assert accepted[0].initial_state_seed == SEEDS[0] and accepted[0].num_frames > 0
+
+    status, third, _ = _collect(ros_probe, station, _request(request_id, count=2))
+    assert status == GoalStatus.STATUS_SUCCEEDED and third.success, third.message
+    assert [e.episode_id for e in third.episodes] == [e.episode_id for e in accepted]  # nothing recorded
+    assert set(stored()) == before | {new}

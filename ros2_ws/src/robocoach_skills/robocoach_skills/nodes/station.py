@@ -7,6 +7,10 @@
 - A `CollectDemo` goal records takes of one request with the station's session (anything with
   `DemoSession.collect`'s signature), streams feedback, publishes a `DemoEpisode` for every take
   and ends with all of them in the result. One goal runs at a time; others are rejected.
+- Goals are idempotent per request id: `DemoRequest.count` is the request's total, the demos the
+  session's store already holds for that id are answered from the store (first in the result, not
+  published again) and only the rest is recorded. A coach restarted while its killed self's goal
+  still ran can ask again without a demo being recorded twice.
 
 A station subclasses `OperatorStation`, declares its parameters, builds its session on `worker`
 (the one thread that owns the robot or scene) and calls `serve`.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Protocol
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -33,6 +38,7 @@ from robocoach_skills.constants import (
     TOPIC_DEMO_REQUESTS,
     TOPIC_PENDING_REQUESTS,
 )
+from robocoach_skills.data.store import EpisodeMeta, EpisodeStore
 from robocoach_skills.nodes.conversions import image_to_msg, msg_to_subtask, subtask_to_msg
 from robocoach_skills.robots import RobotError
 from robocoach_skills.teleop.session import (
@@ -45,7 +51,9 @@ from robocoach_skills.teleop.session import (
     TakeCanceledError,
     TakeResult,
     describe,
+    episode_uri,
     resolve_request,
+    stored_demos,
 )
 
 # Requests and answers must not be lost, and a station started late must still see them: reliable,
@@ -67,6 +75,8 @@ LATCHED_QOS = QoSProfile(
 
 class DemoCollector(Protocol):
     """A station's recording session (`session.DemoSession`, `scripted.ScriptedSession`)."""
+
+    store: EpisodeStore  # where accepted takes go
 
     def collect(
         self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
@@ -132,10 +142,11 @@ class OperatorStation(Node):
             raise RequestRejectedError(str(error)) from None
 
     def _list(self, target: DemoTarget) -> int:
-        """Put `target` on the pending list (keeping its accepted count); returns that count."""
+        """Put `target` on the pending list (keeping its accepted count, at least `target.done`); returns
+        that count."""
         request_id = target.request.request_id
         with self._lock:
-            accepted = self._pending.get(request_id, (target, 0))[1]
+            accepted = max(self._pending.get(request_id, (target, 0))[1], target.done)
             self._pending[request_id] = (target, accepted)
         self._publish_pending()
         return accepted
@@ -153,14 +164,7 @@ class OperatorStation(Node):
         with self._lock:
             self._pending.pop(msg.request_id, None)
         self.get_logger().warning(f"demo request {msg.request_id!r} rejected: {reason}")
-        answer = DemoEpisode(
-            request_id=msg.request_id,
-            robot=msg.robot,
-            subtask=msg.subtask,
-            accepted=False,
-            rejection_reason=reason,
-        )
-        answer.header.stamp = self.get_clock().now().to_msg()
+        answer = self._episode_msg(msg, subtask=msg.subtask, accepted=False, rejection_reason=reason)
         self._episode_pub.publish(answer)
         self._publish_pending()
         return answer
@@ -229,6 +233,9 @@ class OperatorStation(Node):
 
         try:
             target = self._check(msg)
+            stored = stored_demos(self._session.store, msg.request_id)
+            result.episodes.extend(self._stored_answer(msg, meta) for meta in stored)
+            target = replace(target, done=len(stored))
             self.get_logger().info(f"collecting: {describe(target, self._list(target))}")
             takes = self.worker.submit(self._session.collect, target, on_status, canceled, on_take).result()
         except TakeCanceledError:
@@ -244,9 +251,11 @@ class OperatorStation(Node):
             self.get_logger().error(f"[{msg.request_id}] {result.message}")
             goal_handle.abort()
             return result
-        accepted = sum(t.accepted for t in takes)
+        accepted = len(stored) + sum(t.accepted for t in takes)
         result.success = accepted >= msg.count
-        result.message = f"{accepted}/{msg.count} demos accepted in {len(takes)} takes"
+        result.message = (
+            f"{accepted}/{msg.count} demos accepted ({len(stored)} stored before) in {len(takes)} takes"
+        )
         if result.success:
             self._served(msg.request_id)
         self.get_logger().info(f"[{msg.request_id}] {result.message}")
@@ -254,10 +263,9 @@ class OperatorStation(Node):
         return result
 
     def _answer(self, request: DemoRequest, take: TakeResult) -> DemoEpisode:
-        answer = DemoEpisode(
+        return self._episode_msg(
+            request,
             episode_id=take.episode_id,
-            request_id=request.request_id,
-            robot=request.robot,
             subtask=subtask_to_msg(take.episode.composition.subtasks[0]),
             initial_state_seed=take.seed,
             num_frames=len(take.episode),
@@ -267,6 +275,23 @@ class OperatorStation(Node):
             rejection_reason=take.rejection_reason,
             preview=[image_to_msg(image) for image in take.preview],
         )
+
+    def _stored_answer(self, request: DemoRequest, meta: EpisodeMeta) -> DemoEpisode:
+        """An accepted demo stored by an earlier goal for `request`, as its take was answered then."""
+        return self._episode_msg(
+            request,
+            episode_id=meta.episode_id,
+            subtask=subtask_to_msg(meta.composition.subtasks[0]),
+            initial_state_seed=meta.seed,
+            num_frames=meta.length,
+            duration=(meta.length - 1) / meta.fps,
+            storage_uri=episode_uri(self._session.store, meta.episode_id),
+            accepted=True,
+        )
+
+    def _episode_msg(self, request: DemoRequest, **fields) -> DemoEpisode:
+        """A stamped DemoEpisode answering `request`."""
+        answer = DemoEpisode(request_id=request.request_id, robot=request.robot, **fields)
         answer.header.stamp = self.get_clock().now().to_msg()
         return answer
 

@@ -76,14 +76,15 @@ class ScriptedSession:
     def collect(
         self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]:
-        """Record takes until every demo slot has an accepted take or has spent its takes.
+        """Record takes until every demo slot not filled already (`target.done`) has an accepted take or
+        has spent its takes.
 
         `on_status(text, accepted_so_far)` is called before every take, `on_take` after it; raises
         TakeCanceledError when `canceled()` is true between takes (a take lasts seconds).
         """
         results: list[TakeResult] = []
-        accepted, count = 0, target.request.count
-        for slot in range(count):
+        accepted, count = target.done, target.request.count
+        for slot in range(target.done, count):
             seed = target.seed(slot)
             for take in range(self.config.max_takes_per_demo):
                 if results:

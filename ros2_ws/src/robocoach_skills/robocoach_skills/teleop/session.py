@@ -45,7 +45,7 @@ from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import GRIPPER_JOINT, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.rosbag_export import export_mcap
-from robocoach_skills.data.store import EPISODE_PATH, TMP_PREFIX, EpisodeStore
+from robocoach_skills.data.store import EPISODE_PATH, TMP_PREFIX, EpisodeMeta, EpisodeStore
 from robocoach_skills.durable import write_durable
 from robocoach_skills.robots.base import Robot, RobotError
 from robocoach_skills.robots.sim_robot import SimRobot
@@ -105,7 +105,7 @@ class DemoRequestSpec:
     robot: str
     subtask: Subtask
     composition: str  # name in the robot's task suite
-    count: int = 1  # accepted demos wanted
+    count: int = 1  # accepted demos wanted for this request id, in all (asked again, a station adds the rest)
     seeds: tuple[int, ...] = ()  # initial-state seeds where failures concentrate
     reason: str = ""  # why the coach asks
     priority: float = 0.0
@@ -119,6 +119,7 @@ class DemoTarget:
     request: DemoRequestSpec
     composition: Composition
     index: int
+    done: int = 0  # accepted demos of this request already stored: a session records only the rest
 
     @property
     def demo_composition(self) -> Composition:
@@ -185,6 +186,15 @@ def describe(target: DemoTarget, accepted: int = 0) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- storage
+def stored_demos(store: EpisodeStore, request_id: str) -> list[EpisodeMeta]:
+    """The accepted demos `store` holds for `request_id`, oldest first (only accepted takes are stored)."""
+    return [m for m in store.iter_meta(kind="demo") if m.metadata.get("request_id") == request_id]
+
+
+def episode_uri(store: EpisodeStore, episode_id: str) -> str:
+    return (store.root / EPISODE_PATH.format(episode_id=episode_id)).resolve().as_uri()
+
+
 def take_marker(store_root: Path, target: DemoTarget, seed: int) -> Path:
     """Mark a take as in progress (see the module docstring); delete the file when the take ends."""
     path = store_root / f"{TAKE_MARKER_PREFIX}{uuid.uuid4().hex}.json"
@@ -298,9 +308,7 @@ def finish_take(
     )
     if result.accepted:
         result.episode_id = store.add(episode)  # atomic and fsynced: from here on it is never lost
-        result.storage_uri = (
-            (store.root / EPISODE_PATH.format(episode_id=result.episode_id)).resolve().as_uri()
-        )
+        result.storage_uri = episode_uri(store, result.episode_id)
     return result
 
 
@@ -442,14 +450,16 @@ class DemoSession:
     def collect(
         self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]:
-        """Record takes until `count` are accepted or the take allowance is spent.
+        """Record takes until `count` are accepted (`target.done` of them already) or the take allowance
+        for the rest is spent.
 
         `on_status(text, accepted_so_far)` is called about once a second, `on_take` after every take;
         raises TakeCanceledError when `canceled()` turns true, RequestRejectedError when no take can start.
         """
         results: list[TakeResult] = []
-        accepted, count = 0, target.request.count
-        for take in range(count * self.config.max_takes_per_demo):
+        accepted, count = target.done, target.request.count
+        # take numbers, and with them seeds, go on after the stored demos' (asked again, no seed repeats)
+        for take in range(target.done, target.done + (count - target.done) * self.config.max_takes_per_demo):
             if accepted >= count:
                 break
             seed = target.seed(take)

@@ -122,7 +122,7 @@ class RosPorts:
             robot=request.robot,
             subtask=subtask_to_msg(request.subtask),
             composition=request.composition,
-            count=request.remaining,
+            count=request.count,  # the total: the station records only what its store lacks for the id
             initial_state_seeds=list(request.seeds),
             reason=request.reason,
             priority=float(request.priority),
