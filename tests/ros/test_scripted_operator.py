@@ -137,7 +137,7 @@ def test_a_request_asked_again_records_only_what_the_store_lacks(ros_probe, stat
     status, again, _ = _collect(ros_probe, station, _request(request_id, count=2))
     assert status == GoalStatus.STATUS_SUCCEEDED and again.success, again.message
     accepted = [e for e in again.episodes if e.accepted]
-    assert [e.episode_id for e in accepted][0] == kept and len(accepted) == 2
+    assert len(accepted) == 2 and accepted[0].episode_id == kept
     assert "1 stored before" in again.message
     [new] = set(stored()) - before  # one take recorded, from the seed after the stored demo's
     assert new == accepted[1].episode_id and accepted[1].initial_state_seed == SEEDS[1]
