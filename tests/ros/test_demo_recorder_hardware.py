@@ -8,6 +8,7 @@ the camera driver (constant colours the simulator never renders), the coach and 
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -41,6 +42,7 @@ CAMERA_PERIOD_S = 0.05
 CAMERA_TIMEOUT_S = 0.5
 TIMEOUT_S = 30.0
 STATUS_SUCCEEDED, STATUS_ABORTED = 4, 6  # action_msgs/GoalStatus
+MIN_FRAMES = 9  # a take recorded for this many policy steps has frames of both colours to check
 REQUEST = DemoRequest(
     request_id="req-hw",
     robot="piper",
@@ -113,6 +115,11 @@ def _send(probe, station, topic: str, words: str) -> None:
         _wait(probe, 0.12)
 
 
+def _frames_recorded(feedback) -> int:
+    """The highest frame count the recorder reported (its status says "frame N" about once a second)."""
+    return max((int(m) for f in feedback for m in re.findall(r"frame (\d+)", f.status)), default=0)
+
+
 def _start_when_ready(probe, station):
     """Send the goal, check the set-up announcement, say `ready`; returns the goal handle and feedback."""
     handle, feedback = send_goal(probe, station["client"], CollectDemo.Goal(request=REQUEST), TIMEOUT_S)
@@ -140,6 +147,8 @@ def test_take_waits_for_ready_and_records_the_camera_topic(ros_probe, station):
     _send(ros_probe, station, "keys", "s s s s")
     station["camera"]["colour"] = ORANGE  # every step records the newest frame
     _send(ros_probe, station, "keys", "d d d d")
+    # the recorder paces itself and a loaded machine slows it: end once it says it has the frames
+    spin_until(ros_probe, lambda: _frames_recorded(feedback) >= MIN_FRAMES, TIMEOUT_S, "frames")
     _send(ros_probe, station, "command", "end")
     spin_until(ros_probe, lambda: any("accept (y)" in f.status for f in feedback), TIMEOUT_S, "verdict")
     _send(ros_probe, station, "command", "accept")
@@ -150,7 +159,7 @@ def test_take_waits_for_ready_and_records_the_camera_topic(ros_probe, station):
     [answer] = result.result().result.episodes
     assert answer.accepted and answer.initial_state_seed == 3
     images = store.get(answer.episode_id).images  # (T, H, W, 3)
-    assert len(images) > 8
+    assert len(images) > MIN_FRAMES  # the steps reported and the end state
     colours = {tuple(int(c) for c in image.reshape(-1, 3)[0]) for image in images}
     assert colours == {TEAL, ORANGE}
     assert all((image == image.reshape(-1, 3)[0]).all() for image in images)  # flat: published, not rendered
