@@ -159,11 +159,25 @@ def test_threshold_calibration_counts_false_completions_on_failed_videos():
     # no better than 0.3-0.7 (1 of 2); ties go to the higher threshold.
     rule, scores = calibrate_threshold(PixelJudge(), [sure, faint, *failures], VerdictConfig())
     assert scores[0.2] == 0.5 and scores[0.7] == 0.5 and scores[0.8] == 0.0 and rule.threshold == 0.7
-    # Deadlines come from the successes only; without any there is nothing to time.
+    # Deadlines come from true completions only (the failed presses the judge calls done add none);
+    # without any there is nothing to time.
     deadlines = calibrate(PixelJudge(), [sure, faint, *failures], VerdictConfig(), quantile=0.5, margin=1.0)
     assert deadlines.samples == {"franka": {"press_button": 1}}  # at 0.7 only `sure` is confirmed
-    with pytest.raises(ValueError, match="needs successful videos"):
+    with pytest.raises(ValueError, match="needs completed subtasks"):
         calibrate(PixelJudge(), failures, VerdictConfig())
+
+
+def test_deadlines_count_the_completed_subtasks_of_failed_videos():
+    # The judge confirms the first press at frame 4 (5 steps) and the second at frame 7 (3 steps).
+    trace = frames_for([0.1, 0.1, 0.1, 0.95, 0.95, 0.1, 0.95, 0.95])
+    index = np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    first_done = np.array([0.2, 0.4, 0.6, 1.0, 1.0, 0.1, 0.3, 0.5], dtype=np.float32)  # the 2nd failed
+    slow = Labelled(trace, TWO, FPS, index, first_done, False)
+    never = Labelled(trace, TWO, FPS, np.zeros(8, dtype=np.int64), np.full(8, 0.3, np.float32), False)
+    deadlines = calibrate(PixelJudge(), [slow, never], VerdictConfig(), quantile=1.0, margin=1.0)
+    # `slow` adds its true first press only; `never` adds nothing, though the judge confirmed both
+    assert deadlines.samples == {"franka": {"press_button": 1}}
+    assert deadlines.steps == {"franka": {"press_button": 5}}
 
 
 def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():

@@ -139,7 +139,7 @@ def calibrate(
     margin: float = 1.5,
 ) -> Deadlines:
     """The done threshold on held-out videos (successful and, if any, failed), then the deadlines under
-    it on the successful ones; freeze the result with `.save(<judge>/deadlines.json)`."""
+    it on their truly completed subtasks; freeze the result with `.save(<judge>/deadlines.json)`."""
     rule, scores = calibrate_threshold(judge, videos, base)
     log.info(
         "done threshold %s (score: switches within %s s of the truth over true + false ones: %s)",
@@ -147,10 +147,12 @@ def calibrate(
         SWITCH_TOLERANCE_S,
         scores,
     )
-    successes = [v for v in videos if v.success]
-    if not successes:
-        raise ValueError(f"deadline calibration needs successful videos; none of {len(videos)} succeeded")
-    return calibrate_deadlines(judge, successes, quantile, margin, rule)
+    truth = [[frame >= 0 for frame in completion_frames(v)] for v in videos]
+    if not any(done for video in truth for done in video):
+        raise ValueError(
+            f"deadline calibration needs completed subtasks; none of {len(videos)} videos have any"
+        )
+    return calibrate_deadlines(judge, videos, quantile, margin, rule, truth)
 
 
 @torch.no_grad()

@@ -242,22 +242,28 @@ def calibrate_deadlines(
     quantile: float = 0.9,
     margin: float = 1.5,
     config: VerdictConfig | None = None,
+    truly_completed: Sequence[Sequence[bool]] | None = None,
 ) -> Deadlines:
-    """Deadlines = ceil(margin x quantile) of the judge's completion times on successful demos.
+    """Deadlines = ceil(margin x quantile) of the judge's completion times on held-out videos.
 
     Times are the judge's, not the simulator's: a deadline must hold for the rule that enforces it.
-    Subtasks the judge never confirmed on a successful demo add no sample (they are judge misses,
-    which the evaluation reports, not durations); pairs left without samples get `default`, margin x
-    the longest calibration video, so they surface as judge misses rather than as errors.
+    `truly_completed` (per video, per subtask; None: every subtask of every video completed, as in
+    successful demos) lets failed expert rollouts add their completed subtasks, which matters
+    because experts are slower than the scripted demos. A video adds samples up to its first subtask
+    that the judge did not confirm or that did not truly complete (after it the judge's segments no
+    longer match the video's). Judge misses add no sample (the evaluation reports them); pairs left
+    without samples get `default`, margin x the longest calibration video, so they surface as judge
+    misses rather than as errors.
     """
     durations: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for episode in episodes:
+    for k, episode in enumerate(episodes):
         verdict = judge_episode(judge, episode, None, config)
+        truth = [True] * len(verdict.completed) if truly_completed is None else truly_completed[k]
         start = 0
-        for subtask, done, seconds in zip(
-            episode.composition.subtasks, verdict.completed, verdict.switch_times, strict=True
+        for subtask, done, true, seconds in zip(
+            episode.composition.subtasks, verdict.completed, truth, verdict.switch_times, strict=True
         ):
-            if not done:
+            if not (done and true):
                 break
             end = round(seconds * episode.fps)
             durations[episode.composition.robot][subtask.skill].append(end + 1 - start)
