@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from robocoach_skills.composition import Subtask
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
@@ -54,54 +53,3 @@ def test_recorded_rollouts_are_episodes_of_every_frame_with_ground_truth(tmp_pat
         assert np.allclose(episode.actions, episode.actions[0])  # held still
         assert episode.metadata["expert_versions"] == {"press_button": 3}
         assert episode.metadata["first_failed"] == 0
-
-
-class PressAt(Still):
-    """Holds still, but at its `at`-th action of subtask 0 the red button counts as pressed (a latch,
-    as a real press leaves it): the scene is the scene the detector reads."""
-
-    def __init__(self, scene: SimScene, at: int) -> None:
-        super().__init__()
-        self.scene, self.at, self.calls = scene, at, 0
-
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
-        self.calls += 1
-        if subtask.object == "red_button" and self.calls == self.at:
-            self.scene.latch_button("red_button")
-        return super().act(obs, subtask, robot)
-
-
-def test_simulator_detector_switches_a_hold_after_completion_and_records_the_done_frames(tmp_path):
-    scene = SimScene(SceneConfig(robot="piper", image_size=32))
-    store = EpisodeStore.create(tmp_path, StoreInfo(fps=10.0, image_size=(32, 32)))
-    composition = get_composition("piper", "two_buttons")
-    at, hold = 3, 4
-    router = Router(
-        PressAt(scene, at),
-        RouterConfig(detector="simulator", deadline_steps=DEADLINE + hold),
-        detector_args={"scene": scene, "hold_steps": (hold, hold)},
-    )
-    (trial,) = evaluate(router, scene, composition, evaluation_seeds(1), record_to=store).trials
-    scene.close()
-    # the latch lands with action `at`, so frame `at` is the first complete one; `hold` frames later
-    # (frames at .. at + hold - 1) the router switches, and the green press then times out
-    assert trial.switch_steps == [at + hold - 1]
-    assert trial.outcome == "TIMEOUT" and trial.timed_out_index == 1
-    assert trial.ground_truth["completed"] == [True, False]
-    episode = store.get(store.ids()[0])
-    first = at + hold - 1  # last frame of subtask 0
-    assert np.all(episode.subtask_index[: first + 1] == 0) and np.all(episode.subtask_index[first + 1 :] == 1)
-    assert np.all(episode.progress[at : first + 1] == 1.0) and np.all(episode.progress[:at] < 1.0)
-
-
-def test_simulator_detector_rejects_an_empty_hold_range():
-    scene = SimScene(SceneConfig(robot="piper", image_size=32, render=False))
-    try:
-        with pytest.raises(ValueError, match="hold_steps"):
-            Router(
-                Still(),
-                RouterConfig(detector="simulator"),
-                detector_args={"scene": scene, "hold_steps": (5, 2)},
-            )
-    finally:
-        scene.close()

@@ -17,22 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robocoach_skills import measures
-from robocoach_skills.composition import Composition, Subtask
+from robocoach_skills.composition import Composition
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
-from robocoach_skills.router import (
-    CompletionDetector,
-    Router,
-    RouterConfig,
-    TrialMonitor,
-    TrialResult,
-    register_detector,
-)
+from robocoach_skills.router import Router, TrialMonitor, TrialResult
 from robocoach_skills.sim.scene import SimScene
 
 EVAL_SEED_BASE = 1_000_000  # evaluation seeds start here; bootstrap/demo seeds stay far below
-HOLD_STEPS = (5, 40)  # SimulatorDetector: policy steps a recorded rollout stays on a completed subtask
 
 
 def evaluation_seeds(n: int, base: int = EVAL_SEED_BASE) -> list[int]:
@@ -66,37 +58,6 @@ class GroundTruthMonitor(TrialMonitor):
             "first_failed": first_failed,
             "success": all(completed),
         }
-
-
-@register_detector("simulator")
-class SimulatorDetector(CompletionDetector):
-    """Recording only, never deployment: done once the simulator has seen the subtask complete for
-    `hold` steps in a row, `hold` drawn per subtask from `hold_steps` (inclusive).
-
-    Detector training data needs the expert's own behaviour after it completed a subtask (it keeps
-    pushing, presses again: no demo shows that) labelled done, and every subtask of a composition
-    reached, which a trial switched by an imperfect detector cannot give. Reads the ground truth of
-    the subtask the monitor started (`SimScene.active_subtask`), so run it with a GroundTruthMonitor.
-    """
-
-    def __init__(
-        self, config: RouterConfig, scene: SimScene, hold_steps: tuple[int, int] = HOLD_STEPS, seed: int = 0
-    ) -> None:
-        lo, hi = hold_steps
-        if not 1 <= lo <= hi:
-            raise ValueError(f"SimulatorDetector needs 1 <= hold_steps[0] <= hold_steps[1], got {hold_steps}")
-        self.scene, self.hold_steps = scene, hold_steps
-        self.rng = np.random.default_rng(seed)
-        self.hold, self.streak = lo, 0
-
-    def reset(self, subtask: Subtask) -> None:
-        lo, hi = self.hold_steps
-        self.hold, self.streak = int(self.rng.integers(lo, hi + 1)), 0
-
-    def update(self, obs: dict, done_prob: float) -> bool:
-        complete = self.scene.subtask_success(self.scene.active_subtask)
-        self.streak = self.streak + 1 if complete else 0
-        return self.streak >= self.hold
 
 
 class RecordingEnv:
