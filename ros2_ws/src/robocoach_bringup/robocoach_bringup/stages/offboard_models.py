@@ -3,12 +3,15 @@
 1. A corpus per arm: scripted subtask and whole-task demos plus failure-injected ones
    (`robocoach_world.corpus`), so the judge and the world model see failing as well as succeeding.
 2. Real expert failures: the bootstrap experts deployed on every training composition from rollout
-   seeds (never evaluation seeds), recorded frame by frame with ground-truth labels.
+   seeds (never evaluation seeds), recorded frame by frame with ground-truth labels. A second,
+   smaller set from other seeds is held out of training for step 4.
    Steps 1-2 run one process per arm, side by side (rendering is the cost), each arm into its own
    stores so that episode order, and with it the judge's validation split, does not depend on timing.
 3. CoachWorld trained on bootstrap demos + corpus + rollouts; the judge on corpus + rollouts.
-4. Per-(arm, skill) deadlines calibrated with the trained judge on the bootstrap demos (held out from
-   its training), then frozen to <judge>/deadlines.json.
+4. The judge's done threshold and per-(arm, skill) deadlines calibrated on the bootstrap demos and
+   the held-out rollouts, none of which it trained on, then frozen to <judge>/deadlines.json. The
+   rollouts add false completions to the threshold's score and the experts' own (slower) subtask
+   times to the deadlines.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from robocoach_world.world.train import TrainConfig as WorldTrainConfig
 from robocoach_world.world.train import train as train_world
 
 ROLLOUT_SEED_BASE = 900_000  # expert rollouts for training; below evaluation seeds, above corpus splits
+CALIBRATION_SEED_BASE = 950_000  # held-out expert rollouts for the judge's calibration
 TORCH_THREADS = 1
 
 
@@ -51,7 +55,10 @@ def run(config, results: dict) -> dict:
         composition_failures=profile.corpus_per_composition,
         image_size=config.image_size,
     )
-    seeds = evaluation_seeds(profile.rollouts_per_composition, base=ROLLOUT_SEED_BASE)
+    seeds = {
+        ROLLOUTS: evaluation_seeds(profile.rollouts_per_composition, base=ROLLOUT_SEED_BASE),
+        CALIBRATION: evaluation_seeds(profile.calibration_rollouts, base=CALIBRATION_SEED_BASE),
+    }
     side_by_side(
         [
             (record_arm, (config.output, robot, corpus_config, seeds, position))
@@ -60,6 +67,7 @@ def run(config, results: dict) -> dict:
     )
     corpus = [EpisodeStore(corpus_dir(config.output, r)) for r in config.robots]
     rollouts = [EpisodeStore(rollouts_dir(config.output, r)) for r in config.robots]
+    held_out = [EpisodeStore(rollouts_dir(config.output, r, CALIBRATION)) for r in config.robots]
 
     recorded = [store.root for store in corpus + rollouts]  # the judge's data; the world also gets the demos
     stores = (paths.episodes, *recorded)
@@ -78,12 +86,14 @@ def run(config, results: dict) -> dict:
         )
         judge, judge_metrics = train_judge(judge_config)
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
-        demos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
-        calibrate(judge, demos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
+        videos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
+        videos += [store.get(i) for store in held_out for i in store.ids()]
+        calibrate(judge, videos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
     data = {
         "corpus_episodes": sum(len(store.ids()) for store in corpus),
         "rollout_episodes": sum(len(store.ids()) for store in rollouts),
         "rollout_success": _success(rollouts),
+        "calibration_rollouts": sum(len(store.ids()) for store in held_out),
     }
     return {
         **data,
@@ -97,14 +107,18 @@ def corpus_dir(output: Path, robot: str) -> Path:
     return output / f"corpus_{robot}"
 
 
-def rollouts_dir(output: Path, robot: str) -> Path:
-    return output / f"rollouts_{robot}"
+ROLLOUTS, CALIBRATION = "rollouts", "calibration"  # the two sets of recorded expert rollouts
+
+
+def rollouts_dir(output: Path, robot: str, kind: str = ROLLOUTS) -> Path:
+    return output / (f"rollouts_{robot}" if kind == ROLLOUTS else f"rollouts_{kind}_{robot}")
 
 
 def record_arm(
-    output: Path, robot: str, corpus_config: CorpusConfig, rollout_seeds: list[int], position: int = 0
+    output: Path, robot: str, corpus_config: CorpusConfig, seeds: dict[str, list[int]], position: int = 0
 ) -> None:
-    """One arm's corpus and bootstrap-expert rollouts, each into the arm's own store (a worker process).
+    """One arm's corpus and both sets of bootstrap-expert rollouts (`seeds`: set -> rollout seeds), each
+    into the arm's own store (a worker process).
 
     A store that already holds episodes is kept: a resumed run does not record it again.
     """
@@ -114,16 +128,21 @@ def record_arm(
     corpus = EpisodeStore.create(corpus_dir(output, robot), info, exist_ok=True)
     if not corpus.ids():
         build_corpus(robot, corpus, corpus_config, bar_position=position)
-    rollouts = EpisodeStore.create(rollouts_dir(output, robot), info, exist_ok=True)
-    if not rollouts.ids():
-        library, _, versions, deadlines = load_experts(RunPaths(output).experts)
-        router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
-        scene = SimScene(SceneConfig(robot=robot, image_size=size))
-        try:
+    stores = {
+        kind: EpisodeStore.create(rollouts_dir(output, robot, kind), info, exist_ok=True) for kind in seeds
+    }
+    pending = [kind for kind, store in stores.items() if seeds[kind] and not store.ids()]
+    if not pending:
+        return
+    library, _, versions, deadlines = load_experts(RunPaths(output).experts)
+    router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
+    scene = SimScene(SceneConfig(robot=robot, image_size=size))
+    try:
+        for kind in pending:
             for composition in training_compositions(robot):
-                evaluate(router, scene, composition, rollout_seeds, record_to=rollouts)
-        finally:
-            scene.close()
+                evaluate(router, scene, composition, seeds[kind], record_to=stores[kind])
+    finally:
+        scene.close()
 
 
 def _success(stores: list[EpisodeStore]) -> float:
@@ -134,7 +153,8 @@ def _success(stores: list[EpisodeStore]) -> float:
 def _markdown(data: dict, world: dict, judge: dict) -> str:
     lines = [
         f"Corpus: {data['corpus_episodes']} scripted episodes (half with injected failures); "
-        f"bootstrap-expert rollouts: {data['rollout_episodes']} ({data['rollout_success']:.0%} succeeded).",
+        f"bootstrap-expert rollouts: {data['rollout_episodes']} ({data['rollout_success']:.0%} succeeded), "
+        f"{data['calibration_rollouts']} more held out to calibrate the judge.",
     ]
     if world:
         lines.append(
