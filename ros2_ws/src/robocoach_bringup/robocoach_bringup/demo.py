@@ -46,7 +46,7 @@ class Profile:
     rollouts_per_composition: int  # recorded bootstrap-expert rollouts per composition (judge, world)
     calibration_rollouts: int  # more per composition, held out of training to calibrate the judge's rule
     world_steps: int  # CoachWorld training steps (600 never imagine the drawer opening: docs/world.md)
-    judge_epochs: int  # judge training epochs (6 left it a clock on the expert rollouts: docs/world.md)
+    judge_epochs: int  # judge training epochs (6 left it a clock on the expert rollouts: docs/bootstrap.md)
     judge_prior: bool  # pretrain the judge's frame encoder on the landmark prior (judge.train --prior)
     demo_budget: int  # coaching demos per arm
     demos_per_round: int  # coaching demos per round
@@ -63,16 +63,14 @@ PROFILES = {
     "default": Profile(
         demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
         corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=1,
-        world_steps=3000,
-        judge_epochs=40, judge_prior=False,
+        world_steps=3000, judge_epochs=40, judge_prior=False,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
     ),
     "quick": Profile(
         demos_per_skill=3, train_steps=300, perception_frames=300, perception_steps=200, eval_rollouts=2,
         corpus_per_use=1, corpus_per_composition=0, rollouts_per_composition=1, calibration_rollouts=0,
-        world_steps=60,
-        judge_epochs=1, judge_prior=False,
+        world_steps=60, judge_epochs=1, judge_prior=False,
         demo_budget=4, demos_per_round=2, imagined_rollouts=8, initial_states=2,
         horizon=60, adapter_steps=20, eval_compositions=2,
     ),

@@ -42,6 +42,7 @@ from robocoach_world.world.train import train as train_world
 
 ROLLOUT_SEED_BASE = 900_000  # expert rollouts for training; below evaluation seeds, above corpus splits
 CALIBRATION_SEED_BASE = 950_000  # held-out expert rollouts for the judge's calibration
+ROLLOUTS, CALIBRATION = "rollouts", "calibration"  # the two sets of recorded expert rollouts
 TORCH_THREADS = 1
 
 
@@ -105,9 +106,6 @@ def run(config, results: dict) -> dict:
 
 def corpus_dir(output: Path, robot: str) -> Path:
     return output / f"corpus_{robot}"
-
-
-ROLLOUTS, CALIBRATION = "rollouts", "calibration"  # the two sets of recorded expert rollouts
 
 
 def rollouts_dir(output: Path, robot: str, kind: str = ROLLOUTS) -> Path:
