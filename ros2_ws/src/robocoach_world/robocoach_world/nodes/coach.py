@@ -219,6 +219,7 @@ class CoachNode(Node):
         self.num_world_seeds = declare("num_world_seeds", 3).value
         self.reset_scene = declare("reset_scene", True).value  # sim: reset to each seed; hardware: False
         min_reach = declare("min_reach", 5).value  # pairs reached by fewer valid trials get no demos
+        top_sites = declare("top_sites", DiagnosisConfig.top_sites).value  # initial states per pair's demos
         strategy = declare("allocation", "top_m").value  # top_m | proportional
         top_m = declare("top_m", 2).value
         train_steps = declare("train_steps", 300).value  # adapter update steps per retrained skill
@@ -241,7 +242,7 @@ class CoachNode(Node):
         config = CoachConfig(
             budget=budget,
             demos_per_round=demos_per_round,
-            diagnosis=DiagnosisConfig(min_reach=min_reach),
+            diagnosis=DiagnosisConfig(min_reach=min_reach, top_sites=top_sites),
             allocation=AllocationConfig(strategy=strategy, top_m=top_m),
             improve=ImproveConfig(steps=train_steps, replay_ratio=replay_ratio),
             scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
