@@ -180,6 +180,16 @@ def test_deadlines_count_the_completed_subtasks_of_failed_videos():
     assert deadlines.steps == {"franka": {"press_button": 5}}
 
 
+def test_fallback_deadline_comes_from_the_longest_successful_video_not_a_long_failed_one():
+    done = frames_for([0.1, 0.95, 0.95, 0.1, 0.1, 0.95, 0.95])  # 7 frames, both presses truly done
+    timed_out = frames_for([0.1] * 12)  # a failed rollout given 12 steps
+    clips = [VideoClip(done, TWO, FPS), VideoClip(timed_out, TWO, FPS)]
+    deadlines = calibrate_deadlines(PixelJudge(), clips, truly_completed=[[True, True], [False, False]])
+    assert deadlines.default == 11  # ceil(1.5 x 7), not ceil(1.5 x 12) = 18
+    only_failed = calibrate_deadlines(PixelJudge(), clips[1:], truly_completed=[[False, False]])
+    assert only_failed.default == 18 and only_failed.steps == {}  # nothing succeeded: all videos count
+
+
 def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():
     online = BatchedJudge(PixelJudge(), rows=2)
     with pytest.raises(RuntimeError, match="reset_rows"):

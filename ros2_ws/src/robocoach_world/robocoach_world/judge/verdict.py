@@ -252,13 +252,15 @@ def calibrate_deadlines(
     because experts are slower than the scripted demos. A video adds samples up to its first subtask
     that the judge did not confirm or that did not truly complete (after it the judge's segments no
     longer match the video's). Judge misses add no sample (the evaluation reports them); pairs left
-    without samples get `default`, margin x the longest calibration video, so they surface as judge
-    misses rather than as errors.
+    without samples get `default`, margin x the longest truly successful calibration video (all of
+    them if none succeeded), so they surface as judge misses rather than as errors. A failed rollout's
+    length is the time it was given, not a time to complete, so it does not stretch the fallback.
     """
+    if truly_completed is None:
+        truly_completed = [[True] * len(e.composition.subtasks) for e in episodes]
     durations: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for k, episode in enumerate(episodes):
+    for episode, truth in zip(episodes, truly_completed, strict=True):
         verdict = judge_episode(judge, episode, None, config)
-        truth = [True] * len(verdict.completed) if truly_completed is None else truly_completed[k]
         start = 0
         for subtask, done, true, seconds in zip(
             episode.composition.subtasks, verdict.completed, truth, verdict.switch_times, strict=True
@@ -273,6 +275,7 @@ def calibrate_deadlines(
         for robot, skills in durations.items()
     }
     samples = {robot: {skill: len(d) for skill, d in skills.items()} for robot, skills in durations.items()}
-    longest = max((len(e.images) for e in episodes), default=0)
+    successful = [len(e.images) for e, done in zip(episodes, truly_completed, strict=True) if all(done)]
+    longest = max(successful or [len(e.images) for e in episodes], default=0)
     default = math.ceil(margin * longest) if longest else None
     return Deadlines(steps, quantile, margin, samples, default, asdict(config or VerdictConfig()))
