@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from robocoach_bringup.graph import RunPaths
 from robocoach_bringup.stages.ridi_rounds import coach_state_dir, coached_experts_dir
@@ -68,7 +69,9 @@ def evaluate_arm(
         training_compositions(robot)[:n_compositions] + held_out_compositions(robot)[:n_compositions]
     )
     rows = []
-    for budget, versions in checkpoints(output, robot, registry.skills()):
+    points = checkpoints(output, robot, registry.skills())
+    bar = tqdm(total=len(points) * len(compositions), desc=f"evaluation ({robot})", unit="composition")
+    for budget, versions in points:
         for skill, version in versions.items():
             registry.activate(library, skill, version)
         policy = LibraryPolicy(library, versions)
@@ -111,6 +114,8 @@ def evaluate_arm(
                     "paired_deployed_first_failed": [deployed_of_seed[r.seed] for r in valid],
                 }
             )
+            bar.update()
+    bar.close()
     scene.close()
     return {"robot": robot, "seeds": seeds, "rows": rows}
 
