@@ -12,7 +12,7 @@ from robocoach_skills.constants import ROBOTS
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import training_compositions
 from robocoach_world.world.action_repr import REPR_DIM, AgnosticKinematics
-from robocoach_world.world.arm_sketch import ArmSketch
+from robocoach_world.world.arm_sketch import LINK_SAMPLES, ArmSketch
 from robocoach_world.world.model import WorldConfig
 
 
@@ -106,3 +106,25 @@ def test_the_arm_sketch_draws_the_hand_and_links_where_the_scene_camera_sees_the
     far = maps[0] < 1e-3
     assert far.mean() > 0.5  # and most of the image is far from the arm
     scene.close()
+
+
+def test_the_link_ridges_are_the_sum_of_gaussians_along_every_segment_of_positive_length(kinematics):
+    """Against a per-pixel sum over all chain segments, both arms in one batch: leaving out the
+    coincident chain points (which the sketch does before sampling) must change no pixel."""
+    size, width = 16, 0.05
+    sketch = ArmSketch(kinematics, link_width=width, hand_width=0.03)
+    ids = torch.tensor([0, 1, 1, 0])
+    padded = torch.rand(len(ids), ACTION_DIM, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    links = sketch(padded, ids, size)[:, 0]
+    uv = sketch.project(kinematics.walk(padded, ids)[0], ids).double()  # (N, P, 2)
+    pixel = (torch.arange(size, dtype=torch.float64) + 0.5) / size
+    grid = torch.stack(torch.meshgrid(pixel, pixel, indexing="xy"), dim=-1)  # (S, S, 2) as (col, row)
+    for row in range(len(ids)):
+        expected = torch.zeros(size, size, dtype=torch.float64)
+        for start, end in zip(uv[row, :-1], uv[row, 1:], strict=True):
+            if torch.equal(start, end):
+                continue  # a zero-length segment draws nothing
+            for t in torch.linspace(0, 1, LINK_SAMPLES, dtype=torch.float64):
+                centre = start + t * (end - start)
+                expected += torch.exp(-((grid - centre) ** 2).sum(-1) / (2 * width**2))
+        torch.testing.assert_close(links[row].double(), expected.clamp(max=1), atol=1e-5, rtol=1e-4)

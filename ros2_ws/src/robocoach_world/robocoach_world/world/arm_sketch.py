@@ -84,9 +84,14 @@ class ArmSketch(nn.Module):
         points, _ = self.kinematics.walk(padded, robot_ids)
         uv = self.project(points, robot_ids)  # (N, P, 2)
         a, ab = uv[:, :-1, None], (uv[:, 1:] - uv[:, :-1])[:, :, None]  # (N, P-1, 1, 2)
+        drawn = ab.square().sum(-1) > 0  # (N, P-1, 1)
+        # Coincident chain points (joint frames that share an origin: 2 of franka's 9 segments, 4 of
+        # PiPER's) draw nothing in any row: leave them out of the sampling instead of weighting them 0.
+        kept = drawn.flatten(1).any(0)
+        a, ab, drawn = a[:, kept], ab[:, kept], drawn[:, kept]
         along = torch.linspace(0, 1, LINK_SAMPLES, device=uv.device, dtype=uv.dtype)[:, None]
-        samples = (a + along * ab).flatten(1, 2)  # (N, (P-1) * LINK_SAMPLES, 2)
-        drawn = (ab.square().sum(-1) > 0).to(uv.dtype).expand(-1, -1, LINK_SAMPLES).flatten(1)
+        samples = (a + along * ab).flatten(1, 2)  # (N, segments * LINK_SAMPLES, 2)
+        drawn = drawn.to(uv.dtype).expand(-1, -1, LINK_SAMPLES).flatten(1)
         links = self._gaussians(samples, drawn, self.link_width, size).clamp(max=1)
         hand = self._gaussians(uv[:, -1:], torch.ones_like(uv[:, -1:, 0]), self.hand_width, size)
         grip = hand * padded[:, -1, None, None].clamp(0, 1)
