@@ -114,12 +114,15 @@ class BatchedJudge:
         if bool((self.cond[:, 0] < 0).any()):
             missing = torch.nonzero(self.cond[:, 0] < 0).flatten().tolist()
             raise RuntimeError(f"rows {missing} have no subtask: call reset_rows first")
-        rows = np.arange(self.rows) if rows is None else np.asarray(rows, dtype=np.int64)
+        every = rows is None  # then the frames go in as they are: no gathered copy of the batch
+        rows = np.arange(self.rows) if every else np.asarray(rows, dtype=np.int64)
         index = torch.as_tensor(rows, device=self.device)
         if isinstance(images, torch.Tensor):
-            frames = images.to(self.device)[index]
+            frames = images.to(self.device)
+            frames = frames if every else frames[index]
         else:
-            frames = torch.as_tensor(np.asarray(images)[rows], device=self.device)
+            array = np.asarray(images)
+            frames = torch.as_tensor(array if every else array[rows], device=self.device)
         features = self.judge.encoder(frames)  # (R, F)
         start = torch.where(self.fresh[index, None], features, self.start[index])
         self.start[index], self.fresh[index] = start, False
