@@ -18,6 +18,12 @@ from robocoach_bringup.graph import (
     load_parameter_file,
 )
 from robocoach_bringup.processes import node_executable, parameter_args
+from robocoach_world.coach.allocation import AllocationConfig
+from robocoach_world.coach.diagnosis import DiagnosisConfig
+from robocoach_world.coach.improve import ImproveConfig
+from robocoach_world.coach.loop import CoachConfig
+from robocoach_world.coach.scorecard import ScorecardConfig
+from robocoach_world.imagine import INITIAL_STATES, ImaginationConfig
 
 # the issue's launch files: the embedded default, each arm on hardware, and the GPU box's side
 LAUNCH_FILES = ("sim.launch.py", "franka.launch.py", "agilex.launch.py", "offboard.launch.py")
@@ -57,6 +63,28 @@ def test_parameters_merge_yaml_then_run_paths_then_overrides(tmp_path):
     assert executor["experts_dir"] == str(tmp_path / "experts") and executor["robot"] == "franka"
     assert specs["world_model"].parameters["experts_dir"] == executor["experts_dir"]  # one place per fact
     assert specs["world_model"].machine == OFFBOARD_MACHINE and specs["sim_robot"].machine == ROBOT_MACHINE
+
+
+def test_the_coach_yaml_states_the_defaults_the_coach_node_takes_from_the_code():
+    """config/robocoach.yaml repeats the coach's defaults for the robot workstation's operator to edit;
+    the node itself takes them from the dataclasses: the two must not drift apart."""
+    coach = load_parameter_file(config_dir() / "robocoach.yaml")["coach"]
+    from_code = {
+        "budget": CoachConfig.budget,
+        "demos_per_round": CoachConfig.demos_per_round,
+        "initial_states": INITIAL_STATES,
+        "num_rollouts": ImaginationConfig.num_rollouts,
+        "horizon": ImaginationConfig.horizon,
+        "num_world_seeds": ImaginationConfig.num_world_seeds,
+        "min_reach": DiagnosisConfig.min_reach,
+        "top_sites": DiagnosisConfig.top_sites,
+        "allocation": AllocationConfig.strategy,
+        "top_m": AllocationConfig.top_m,
+        "train_steps": ImproveConfig.steps,
+        "replay_ratio": ImproveConfig.replay_ratio,
+        "clips_per_pair": ScorecardConfig.clips_per_pair,
+    }
+    assert {name: coach[name] for name in from_code} == from_code
 
 
 def test_a_subset_of_nodes_and_bad_names_are_handled():

@@ -35,6 +35,7 @@ from robocoach_world.records import SOURCE_IMAGINED, TrialRecord
 from robocoach_world.world.model import CoachWorld, WorldState
 
 IMAGINATION_SEED_BASE = 2_000_000  # initial states the coach imagines from; apart from evaluation seeds
+INITIAL_STATES = 8  # real initial observations a coach imagines each composition from, by default
 
 
 def imagination_seeds(n: int) -> list[int]:
@@ -47,7 +48,7 @@ class ImaginationConfig:
     num_rollouts: int = 64  # imagined trials, spread round-robin over the initial observations
     num_world_seeds: int = 3  # world-model noise samples per trial
     agreement: int = 2  # seeds that must report the same first failure for a trial to count
-    horizon: int = 400  # most policy steps a trial may take, all subtasks together
+    horizon: int = 300  # most policy steps a trial may take, all subtasks together
     n_action_steps: int = ChunkExecutionConfig.n_action_steps  # as on the robot (LibraryPolicy)
     seed: int = 0  # seeds the world-model noise
     keep_frames: bool = False  # keep the imagined frames of one seed per trial (clips, the Imagine result)

@@ -71,7 +71,7 @@ from robocoach_world.experiment.ports import (
     TargetSource,
     WorldModelTargets,
 )
-from robocoach_world.imagine import ImaginationConfig, imagination_seeds
+from robocoach_world.imagine import INITIAL_STATES, ImaginationConfig, imagination_seeds
 from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.world.artifacts import load_world
 
@@ -95,17 +95,17 @@ class RunSpec:
 class RunSettings:
     """What every run shares: the matched budget, schedule and evaluation."""
 
-    budget: int = 150  # subtask demos per arm; (f): as many demo frames as these are worth
-    demos_per_round: int = 50
+    budget: int = CoachConfig.budget  # subtask demos per arm; (f): as many demo frames as these are worth
+    demos_per_round: int = CoachConfig.demos_per_round
     eval_rollouts: int = 20  # evaluation initial states per composition (evaluation_seeds)
     training: tuple[str, ...] = ()  # training compositions coached and evaluated; () = all
     held_out: tuple[str, ...] = ()  # held-out compositions evaluated; () = all four
-    initial_states: int = 8  # real initial observations per composition imagined from
-    imagined_rollouts: int = 64  # imagined trials per composition and round
-    num_world_seeds: int = 3
-    horizon: int = 300  # imagined policy steps per trial
-    adapter_steps: int = 300  # optimiser steps per retrained adapter
-    min_reach: int = 5  # diagnosis: pairs reached by fewer valid trials get no demos
+    initial_states: int = INITIAL_STATES  # real initial observations per composition imagined from
+    imagined_rollouts: int = ImaginationConfig.num_rollouts  # imagined trials per composition and round
+    num_world_seeds: int = ImaginationConfig.num_world_seeds
+    horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
+    adapter_steps: int = ImproveConfig.steps  # optimiser steps per retrained adapter
+    min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
     end_to_end_init_steps: int = 300  # (f): steps per composition fitting its policy on bootstrap demos
     max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up

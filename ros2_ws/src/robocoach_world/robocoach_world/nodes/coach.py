@@ -64,7 +64,7 @@ from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
 from robocoach_world.coach.scorecard import FailureClip, ScorecardConfig
 from robocoach_world.coach.state import CoachState, RequestState
-from robocoach_world.imagine import imagination_seeds
+from robocoach_world.imagine import INITIAL_STATES, ImaginationConfig, imagination_seeds
 from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
 
 STATE_FILE = "coach_state.json"
@@ -211,20 +211,21 @@ class CoachNode(Node):
         experts_dir = Path(declare("experts_dir", "").value)  # backbone + adapters (shared registry)
         store_dir = Path(declare("store", "").value)  # the episode store demos are written to
         state_dir = Path(declare("state_dir", "runs/demo/coach").value)  # coach_state.json lives here
-        budget = declare("budget", 150).value  # subtask demos over all rounds
-        demos_per_round = declare("demos_per_round", 50).value
-        self.initial_states = declare("initial_states", 8).value  # real initial observations per composition
-        self.num_rollouts = declare("num_rollouts", 64).value  # imagined trials per composition
-        self.horizon = declare("horizon", 300).value  # imagined policy steps per trial
-        self.num_world_seeds = declare("num_world_seeds", 3).value
+        # Coaching rules default to their dataclasses (config/robocoach.yaml sets the same values).
+        budget = declare("budget", CoachConfig.budget).value  # subtask demos over all rounds
+        demos_per_round = declare("demos_per_round", CoachConfig.demos_per_round).value
+        self.initial_states = declare("initial_states", INITIAL_STATES).value  # real frames per composition
+        self.num_rollouts = declare("num_rollouts", ImaginationConfig.num_rollouts).value  # per composition
+        self.horizon = declare("horizon", ImaginationConfig.horizon).value  # imagined policy steps per trial
+        self.num_world_seeds = declare("num_world_seeds", ImaginationConfig.num_world_seeds).value
         self.reset_scene = declare("reset_scene", True).value  # sim: reset to each seed; hardware: False
-        min_reach = declare("min_reach", 5).value  # pairs reached by fewer valid trials get no demos
+        min_reach = declare("min_reach", DiagnosisConfig.min_reach).value  # fewer valid trials: no demos
         top_sites = declare("top_sites", DiagnosisConfig.top_sites).value  # initial states per pair's demos
-        strategy = declare("allocation", "top_m").value  # top_m | proportional
-        top_m = declare("top_m", 2).value
-        train_steps = declare("train_steps", 300).value  # adapter update steps per retrained skill
-        replay_ratio = declare("replay_ratio", 0.5).value
-        self.clips_per_pair = declare("clips_per_pair", 2).value  # imagined failure clips per pair (0: none)
+        strategy = declare("allocation", AllocationConfig.strategy).value  # top_m | proportional
+        top_m = declare("top_m", AllocationConfig.top_m).value
+        train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
+        replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
+        self.clips_per_pair = declare("clips_per_pair", ScorecardConfig.clips_per_pair).value  # 0: none
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
         self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
         self.retry_wait_s = declare("retry_wait_s", 5.0).value  # before asking a busy station again
