@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from offboard_models import write_offboard_models
 
 from robocoach_skills.composition import Subtask
@@ -67,7 +68,11 @@ def test_a_check_runs_the_subtask_to_its_deadline_and_scores_both_detectors(tmp_
         assert trial["steps"] == DEADLINE  # watched, never switched
         assert trial["fired"]["done_head"] == 2  # threshold 0: its rule holds from the third step
         assert -1 <= trial["fired"]["judge"] < DEADLINE
+        assert len(trial["progress"]) == DEADLINE and all(0 <= p <= 1 for p in trial["progress"])
     summary = report["summary"]
+    at_done_head = [t["progress"][2] for t in report["trials"]]  # the step it fired at, in both
+    median = summary["done_head"]["median_progress_when_fired"]
+    assert median == pytest.approx(sum(at_done_head) / 2, abs=1e-4)
     for name in ("done_head", "judge"):
         assert sum(summary[name][v] for v in (ON_TIME, EARLY, NEVER)) == 2
     written = json.loads((tmp_path / "check" / "detector_check.json").read_text())

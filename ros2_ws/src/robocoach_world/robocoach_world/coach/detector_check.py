@@ -99,16 +99,19 @@ class ShadowDetectors(CompletionDetector):
 
 
 class CompletionTrace(GroundTruthMonitor):
-    """Ground truth per step of the checked subtask: whether it is complete."""
+    """Ground truth per step of the checked subtask: whether it is complete, and how far it got (a
+    detector that fires early on a drawer opened half way is not one that fires on a closed one)."""
 
     def __init__(self, scene: SimScene, checked: int) -> None:
         super().__init__(scene)
         self.checked = checked
         self.complete: list[bool] = []
+        self.progress_per_step: list[float] = []
 
     def on_step(self, index: int, obs: dict, done_prob: float) -> None:
         if index == self.checked:
             self.complete.append(self.scene.subtask_success(index))
+            self.progress_per_step.append(round(float(self.scene.subtask_progress(index)), 4))
 
 
 def classify(fired: int, complete: list[bool]) -> str:
@@ -124,20 +127,34 @@ def classify(fired: int, complete: list[bool]) -> str:
 
 
 def summarize(trials: list[dict], detectors: list[str]) -> dict:
-    """Counts of on-time / early / never per detector, with the trials whose subtask ever completed.
+    """Counts of on-time / early / never per detector, with the trials whose subtask ever completed;
+    medians of the delay after completion, of the ground-truth progress where a detector fired, and
+    of each trial's peak progress.
 
-    >>> t = [{"first_complete": 4, "fired": {"a": 5}, "verdict": {"a": "on_time"}},
-    ...      {"first_complete": -1, "fired": {"a": 2}, "verdict": {"a": "early"}}]
-    >>> summarize(t, ["a"])["a"]
-    {'on_time': 1, 'early': 1, 'never': 0, 'median_delay': 1.0}
+    >>> t = [{"first_complete": 4, "fired": {"a": 5}, "verdict": {"a": "on_time"},
+    ...       "progress": [0.2] * 4 + [1.0] * 2},
+    ...      {"first_complete": -1, "fired": {"a": 2}, "verdict": {"a": "early"},
+    ...       "progress": [0.1, 0.3, 0.4]}]
+    >>> s = summarize(t, ["a"]); s["a"], s["median_peak_progress"]
+    ({'on_time': 1, 'early': 1, 'never': 0, 'median_delay': 1.0, 'median_progress_when_fired': 0.7}, 0.7)
     """
-    out: dict = {"trials": len(trials), "completed": sum(t["first_complete"] >= 0 for t in trials)}
+    out: dict = {
+        "trials": len(trials),
+        "completed": sum(t["first_complete"] >= 0 for t in trials),
+        "median_peak_progress": _median([max(t["progress"]) for t in trials]),
+    }
     for name in detectors:
         verdicts = [t["verdict"][name] for t in trials]
         delays = [t["fired"][name] - t["first_complete"] for t in trials if t["verdict"][name] == ON_TIME]
+        when_fired = [t["progress"][t["fired"][name]] for t in trials if t["fired"][name] >= 0]
         out[name] = {v: verdicts.count(v) for v in (ON_TIME, EARLY, NEVER)}
-        out[name]["median_delay"] = float(np.median(delays)) if delays else None
+        out[name]["median_delay"] = _median(delays)
+        out[name]["median_progress_when_fired"] = _median(when_fired)
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    return round(float(np.median(values)), 4) if values else None
 
 
 def main(config: DetectorCheckConfig) -> dict:
@@ -178,6 +195,7 @@ def main(config: DetectorCheckConfig) -> dict:
                     "first_complete": first,
                     "fired": dict(rule.fired),
                     "verdict": verdict,
+                    "progress": trace.progress_per_step,  # ground truth per step of the checked subtask
                 }
             )
     finally:
@@ -205,16 +223,24 @@ def markdown(report: dict) -> str:
         "",
         f"Experts from `{c['experts']}`; {s['trials']} of {c['trials']} trials reached the subtask (the "
         f"others timed out before it) and ran to its {report['deadline']}-step deadline without "
-        f"switching; the simulator saw it complete in {s['completed']}.",
+        f"switching; the simulator saw it complete in {s['completed']}. Median peak ground-truth "
+        f"progress of the subtask: {_show(s['median_peak_progress'], '.2f')}.",
         "",
-        "| detector | on time | early | never | median delay after completion [steps] |",
-        "|---|---|---|---|---|",
+        "| detector | on time | early | never | median delay after completion [steps] "
+        "| median ground-truth progress when it fired |",
+        "|---|---|---|---|---|---|",
     ]
     for name in report["detectors"]:
         d = s[name]
-        delay = "-" if d["median_delay"] is None else f"{d['median_delay']:.0f}"
-        lines.append(f"| {name} | {d[ON_TIME]} | {d[EARLY]} | {d[NEVER]} | {delay} |")
+        lines.append(
+            f"| {name} | {d[ON_TIME]} | {d[EARLY]} | {d[NEVER]} | {_show(d['median_delay'], '.0f')} "
+            f"| {_show(d['median_progress_when_fired'], '.2f')} |"
+        )
     return "\n".join([*lines, "", "![detector_check.png](detector_check.png)", ""])
+
+
+def _show(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def plot(report: dict, path: Path) -> Path:
