@@ -11,6 +11,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,9 +20,10 @@ import torch
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts.perception import PerceptionConfig
 from robocoach_skills.operator import OperatorConfig
+from robocoach_skills.tasks import get_composition
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.judge.checkpoint import CHECKPOINT_DIR, DEADLINES_FILE, load_judge
-from robocoach_world.judge.data import SegmentConfig, load_episodes
+from robocoach_world.judge.data import SegmentConfig, SegmentDataset, load_episodes
 from robocoach_world.judge.evaluate import evaluate_judge
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
 from robocoach_world.judge.train import TrainConfig, pretrain_encoder, split_episodes, train
@@ -178,3 +180,37 @@ def test_the_landmark_prior_teaches_the_encoder_where_things_are():
         config = dataclasses.replace(perception, steps=steps)
         errors[steps] = pretrain_encoder(judge, ["franka"], config, progress=False)["perception/rmse_px_last"]
     assert errors[perception.steps] < 0.6 * errors[1], errors
+
+
+def test_time_warp_holds_and_skips_frames_with_their_own_labels():
+    """A warped segment is the episode's frames in order, some held and some skipped, each with the
+    label of the frame shown; without warp (or for validation) it is the recorded run of frames."""
+    composition = get_composition("franka", "press_push")
+    n = 120
+    episode = SimpleNamespace(
+        images=np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3)),
+        progress=np.linspace(0, 1, n, dtype=np.float32),
+        subtask_index=np.zeros(n, dtype=np.int64),  # one segment: the whole episode
+        composition=composition,
+    )
+    judge = ProgressJudge(JudgeConfig())
+    plain = SegmentConfig(start_jitter=(0, 0), shift_px=0)
+    sample = SegmentDataset([episode], judge, plain)[0]
+    np.testing.assert_array_equal(sample["frames"][:, 0, 0, 0].numpy(), np.arange(n))
+    warped = SegmentDataset([episode], judge, dataclasses.replace(plain, time_warp=0.3), seed=1)
+    for _ in range(5):
+        sample = warped[0]
+        shown = sample["frames"][:, 0, 0, 0].numpy().astype(np.int64)  # which recorded frame each is
+        steps = np.diff(shown)
+        assert set(steps) == {0, 1, 2}  # held, advanced and skipped frames, never backwards
+        np.testing.assert_allclose(sample["progress"].numpy(), episode.progress[shown])
+    assert (
+        len(
+            SegmentDataset([episode], judge, dataclasses.replace(plain, time_warp=0.3, augment=False))[0][
+                "progress"
+            ]
+        )
+        == n
+    )
+    with pytest.raises(ValueError, match="time_warp"):
+        SegmentConfig(time_warp=0.5)

@@ -2,11 +2,15 @@
 
 A segment is the run of frames where one subtask was active (its ground-truth `subtask_index`), as
 the judge meets it online: from the subtask's first frame on, with ground-truth progress per frame.
-Two augmentations match what online judging does to segment starts and to cameras:
+Augmentations match what online judging does to segment starts and to cameras, and what experts do
+to the pace of a subtask:
   * start jitter: the judge starts a subtask right after it detected the previous one done, which
     may be a few frames before or after the recorded boundary; frames before the boundary belong to
     the previous subtask and are labelled progress 0 for the new one;
-  * a random shift of the whole segment by a few pixels (one camera pose per segment).
+  * a random shift of the whole segment by a few pixels (one camera pose per segment);
+  * time warp (off by default): frames held or skipped at random, labels following their frames, so
+    that the time since the subtask started says less about its progress than the frames do (an
+    expert stalls or hurries where the scripted demos never do).
 
 Sample: frames (L, H, W, 3) uint8, progress (L,) float32, cond (4,) long (see ProgressJudge.condition).
 The dataset holds the frames of its episodes in memory (12 KB per 64x64 frame).
@@ -47,13 +51,15 @@ class SegmentConfig:
     max_len: int = 200  # frames kept from a segment's start (longer failures are cut) [policy steps]
     start_jitter: tuple[int, int] = (-8, 2)  # segment start shifted by this many frames (min, max)
     shift_px: int = 3  # random shift of a segment's frames, up to this many pixels each way
-    augment: bool = True  # False for validation: exact starts, no shift
+    time_warp: float = 0.0  # per frame: probability of holding the last frame, and of skipping one
+    augment: bool = True  # False for validation: exact starts, no shift, no warp
 
     def __post_init__(self) -> None:
         lo, hi = self.start_jitter
-        if self.max_len < 1 or lo > 0 or hi < 0 or self.shift_px < 0:
+        if self.max_len < 1 or lo > 0 or hi < 0 or self.shift_px < 0 or not 0 <= self.time_warp < 0.5:
             raise ValueError(
-                f"SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0; got {self}"
+                "SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0, "
+                f"0 <= time_warp < 0.5; got {self}"
             )
 
 
@@ -110,10 +116,10 @@ class SegmentDataset(Dataset):
         if c.augment:
             lo, hi = c.start_jitter
             start = int(np.clip(start + self.rng.integers(lo, hi + 1), 0, s.end - 1))
-        stop = min(s.end, start + c.max_len)
-        frames = episode.images[start:stop]  # (L, H, W, 3)
-        progress = episode.progress[start:stop].copy()  # (L,)
-        progress[: max(0, s.start - start)] = 0.0  # previous subtask's tail: the new one has not begun
+        index = self._frame_index(start, s.end)  # (L,) frames of the episode, in order
+        frames = episode.images[index]  # (L, H, W, 3)
+        progress = episode.progress[index].copy()  # (L,)
+        progress[index < s.start] = 0.0  # previous subtask's tail: the new one has not begun
         if c.augment and c.shift_px:
             frames = _shift(frames, self.rng.integers(-c.shift_px, c.shift_px + 1, size=2))
         return {
@@ -121,6 +127,15 @@ class SegmentDataset(Dataset):
             KEY_TARGET: torch.from_numpy(progress.astype(np.float32)),
             KEY_COND: self.conds[i],
         }
+
+    def _frame_index(self, start: int, end: int) -> np.ndarray:
+        """Up to max_len frame indices from `start`, below `end`: consecutive, or time-warped."""
+        c = self.config
+        if not (c.augment and c.time_warp):
+            return np.arange(start, min(end, start + c.max_len))
+        steps = self.rng.choice(3, size=c.max_len, p=[c.time_warp, 1 - 2 * c.time_warp, c.time_warp])
+        index = start + np.concatenate([[0], np.cumsum(steps[:-1])])  # hold 0, advance 1, skip 2
+        return index[index < end]
 
 
 def _shift(frames: np.ndarray, offset: np.ndarray) -> np.ndarray:
