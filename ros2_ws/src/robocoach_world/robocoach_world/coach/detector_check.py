@@ -6,8 +6,9 @@ first; this separates the second. It deploys one subtask of a composition from t
 seeds and runs it to its deadline without switching, while every detector watches the same frames:
 the expert's done head under the router's rule, and with `--judge` the progress judge under its
 calibrated rule. Per trial it records the step each detector would have switched at and the step
-the simulator first saw the subtask complete; a detector's switch is then "on time" (the subtask was
-complete when it fired), "early" (it was not), or "never" (it did not fire within the deadline).
+the simulator first saw the subtask complete, with the subtask's ground-truth progress at every step;
+a detector's switch is then "on time" (the subtask was complete when it fired), "early" (it was not),
+or "never" (it did not fire within the deadline).
 
     python -m robocoach_world.coach.detector_check --experts runs/demo/experts --judge runs/demo/judge \\
         --robot franka --task close_then_push --subtask 0 --out runs/detector_check

@@ -48,7 +48,9 @@ def load_episodes(stores: Sequence[Path]) -> list[Episode]:
 class SegmentConfig:
     """How segments are cut and augmented."""
 
-    max_len: int = 200  # frames kept from a segment's start (longer failures are cut) [policy steps]
+    # frames kept from a segment's start (longer failures are cut); time-warped, they span more or
+    # fewer policy steps than that
+    max_len: int = 200
     start_jitter: tuple[int, int] = (-8, 2)  # segment start shifted by this many frames (min, max)
     shift_px: int = 3  # random shift of a segment's frames, up to this many pixels each way
     time_warp: float = 0.0  # per frame: probability of holding the last frame, and of skipping one
