@@ -21,9 +21,8 @@ def test_fresh_adapter_is_the_identity(config):
     lib = ExpertLibrary(config, skills=("pick",))
     randomize_([*lib.backbone_parameters(), *lib.heads["pick"].parameters()])  # a "trained" backbone + head
     batch = synthetic_batch(config, MIXED)
-    obs = (batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
 
-    bare = lib.heads["pick"](lib.backbone(*obs, adapter=None))
+    bare = lib.heads["pick"](lib.head_features(lib.backbone, batch, adapter=None))
     with_fresh = lib.predict(batch, "pick")
     assert all(torch.equal(a, b) for a, b in zip(bare, with_fresh, strict=True))
 
@@ -155,7 +154,6 @@ def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
     features = lib.backbone(batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
     keypoints, _ = lib.backbone.vision(batch["image"])
     skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"])
-    assert features.shape == (2, config.feature_dim) == (2, config.embed_dim + skipped.shape[1])
+    assert features.shape == (2, config.backbone_dim) == (2, config.embed_dim + skipped.shape[1])
     assert torch.equal(features[:, : config.embed_dim], torch.zeros(2, config.embed_dim))
     assert torch.equal(features[:, config.embed_dim :], skipped)  # ... and the heads still see the object
-    assert lib.heads["pick"].hidden.in_features == config.feature_dim

@@ -129,3 +129,28 @@ def test_steps_between_chunks_read_the_done_head_without_solving_ik(config, monk
     for _ in range(6):
         policy.act(obs, Subtask("pick", "red_cube"), "franka")
     assert len(solves) == 2  # one chunk per 3 steps
+
+
+def test_heads_read_the_hand_pose_past_the_backbone(config):
+    """With hand_skip a head's input ends with where the proprio puts the hand (MuJoCo's TCP site), the
+    closing axis's yaw as a point on the unit circle, and the gripper, after the backbone's features."""
+    config.hand_skip = True
+    lib = ExpertLibrary(config, skills=("pick",))
+    randomize_(lib.parameters())
+    batch = synthetic_batch(config, ROBOTS)
+    image, proprio, robot, arguments = (batch[k] for k in (OBS_IMAGE, OBS_PROPRIO, "robot_id", "arguments"))
+    with torch.no_grad():
+        backbone = lib.backbone(image, proprio, robot, arguments)
+        features = lib.head_features(lib.backbone, batch)
+    width = config.backbone_dim
+    assert backbone.shape[1] == width
+    assert lib.heads["pick"].hidden.in_features == features.shape[1] == config.feature_dim == width + 6
+    assert torch.equal(features[:, :width], backbone)
+    hand = features[:, width:].double().numpy()
+    for row, name in enumerate(ROBOTS):
+        n = len(get_arm(name).joint_names)
+        position, rotation = _mujoco_ik(name).forward(proprio[row, :n].double().numpy())
+        np.testing.assert_allclose(hand[row, :3], position, atol=1e-5)
+        closing_axis = rotation[:2, 1] / np.linalg.norm(rotation[:2, 1])  # its direction in the table plane
+        np.testing.assert_allclose(hand[row, 3:5], closing_axis, atol=1e-5)
+        assert hand[row, 5] == proprio[row, -1]

@@ -21,12 +21,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.lora import LoRAAdapter
 from robocoach_skills.experts.model import (
-    KEY_ARGUMENTS,
-    KEY_ROBOT_ID,
     ActionHead,
     Backbone,
     Batch,
@@ -62,10 +59,7 @@ class SkillConditionedPolicy(ChunkPolicy):
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
-        features = self.backbone(
-            obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS]
-        )  # (B, feature_dim)
-        return self.head(features + self.skill_embeddings[skill])
+        return self.head(self.head_features(self.backbone, obs) + self.skill_embeddings[skill])
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """Fine-tuned as a whole: every parameter."""
@@ -119,8 +113,7 @@ class EndToEndPolicy(ChunkPolicy):
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
         policy = self.policies[skill]
-        features = policy["backbone"](obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS])
-        return policy["head"](features)
+        return policy["head"](self.head_features(policy["backbone"], obs))
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The whole policy of that composition."""

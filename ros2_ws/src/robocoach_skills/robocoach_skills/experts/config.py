@@ -22,9 +22,12 @@ from robocoach_skills.kinematics import HAND_POSE_DIM
 DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
 # Object xy, target xy, and each minus the gripper's (model.Backbone.argument_offsets).
 ARGUMENT_KEYPOINT_DIM = 8
+# The hand pose a head reads with `hand_skip`: x, y, z [m], cos and sin of the closing-axis yaw, gripper
+# (model.ChunkPolicy.hand_inputs).
+HAND_INPUT_DIM = 6
 # Fields added after libraries were first saved, with the value that reproduces a library saved
 # without them: `from_dict` and the adapter signature check fill them in.
-LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False, "action_space": "joint"}
+LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False, "action_space": "joint", "hand_skip": False}
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
 #   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
 #   "joint": joint deltas [rad] and the gripper's.
@@ -51,6 +54,12 @@ class ExpertConfig:
     # frozen fuse layer and a rank-4 adapter alone, a pick expert trained on 100 demos put the hand
     # where the *average* cube is sideways (docs/bootstrap.md, session 13).
     keypoint_skip: bool = True
+    # Opt-in: also give every head the hand pose the proprio puts the hand at (forward kinematics), where
+    # its hand motions start from. Without it a push expert pressed its fingertips into the table and
+    # crawled at a tenth of the demos' speed; with it the push kept the demos' height and pace but
+    # still did not push (0 of 16 at 100 demos either way), and a press update got worse (docs/bootstrap.md,
+    # session 22). Not a clear gain, so off.
+    hand_skip: bool = False
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
@@ -134,7 +143,12 @@ class ExpertConfig:
 
     @property
     def feature_dim(self) -> int:
-        """Width of the backbone's output, what every head reads: the trunk's, plus the skipped keypoints."""
+        """Width of what every head reads: the backbone's output, plus the hand pose with `hand_skip`."""
+        return self.backbone_dim + (HAND_INPUT_DIM if self.hand_skip else 0)
+
+    @property
+    def backbone_dim(self) -> int:
+        """Width of the backbone's output: the trunk's, plus the skipped keypoints."""
         return self.embed_dim + (ARGUMENT_KEYPOINT_DIM if self.keypoint_skip else 0)
 
     @property
@@ -158,6 +172,7 @@ class ExpertConfig:
             "embed_dim",
             "argument_keypoints",
             "keypoint_skip",
+            "hand_skip",
             "lora_rank",
             "lora_alpha",
             "lora_layers",

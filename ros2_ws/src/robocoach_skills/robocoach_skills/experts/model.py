@@ -1,12 +1,13 @@
 """Skill experts: a shared backbone, and per skill a LoRA adapter on the backbone plus a small head.
 
     frame (B,3,64,64) -> conv stack -> keypoints + mean pool --+
-    proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk --+-> features (B,136)
+    proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk --+
     robot_id (B,) -> embedding -------------------------------+                   |
     arguments (B,2) object/target -> embedding ---------------+                   |
     keypoints of the arguments' landmarks (B,8) ---------------+-------------------+ (keypoint_skip)
+    hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features -> head[skill] -> action deltas (B,K,C) + done logit (B,)
+    features (B,142) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
@@ -103,7 +104,7 @@ class SpatialSoftArgmax(nn.Module):
 
 
 class Backbone(nn.Module):
-    """Frame + padded proprio + embodiment + subtask arguments -> features (B, config.feature_dim).
+    """Frame + padded proprio + embodiment + subtask arguments -> features (B, config.backbone_dim).
 
     LoRA-able by layer name. The arguments (which object, which target) are what lets one expert
     per skill serve every instance of it ("press red_button", "press green_button").
@@ -196,7 +197,7 @@ class Backbone(nn.Module):
             parts.append(offsets)
         h = F.relu(self.fuse(torch.cat(parts, dim=-1), lora("fuse")))  # (B, embed_dim)
         features = F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
-        return torch.cat([features, offsets], dim=-1) if self.keypoint_skip else features  # (B, feature_dim)
+        return torch.cat([features, offsets], dim=-1) if self.keypoint_skip else features  # (B, backbone_dim)
 
 
 class ActionHead(nn.Module):
@@ -299,8 +300,9 @@ class ChunkPolicy(nn.Module, ABC):
         masks = np.stack([channel_mask(robot) for robot in ROBOTS]).astype(np.float32)
         self.register_buffer("channel_masks", torch.from_numpy(masks), persistent=False)  # (R, ACTION_DIM)
         c = self.config
-        if c.action_space == "ee":
+        if c.action_space == "ee" or c.hand_skip:
             self.kinematics = ArmKinematics()
+        if c.action_space == "ee":
             scale = [c.position_scale] * 3 + [c.action_scale] * (HAND_POSE_DIM - 3)  # m, m, m, rad, gripper
         else:
             scale = [c.action_scale] * ACTION_DIM
@@ -326,6 +328,23 @@ class ChunkPolicy(nn.Module, ABC):
     @abstractmethod
     def backbone_parameters(self) -> list[nn.Parameter]:
         """The shared parameters that stay frozen after pretraining when config.freeze_backbone."""
+
+    def head_features(
+        self, backbone: Backbone, obs: Batch, adapter: LoRAAdapter | None = None
+    ) -> torch.Tensor:
+        """What a head reads (B, config.feature_dim): `backbone`'s features, then the hand pose with
+        `hand_skip`."""
+        features = backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter)
+        if not self.config.hand_skip:
+            return features
+        return torch.cat([features, self.hand_inputs(obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])], dim=-1)
+
+    def hand_inputs(self, proprio: torch.Tensor, robot: torch.Tensor) -> torch.Tensor:
+        """Padded proprio (B, ACTION_DIM) -> (B, HAND_INPUT_DIM): x, y, z, cos yaw, sin yaw, gripper, the
+        hand pose a head's motions start from (yaw as a point on the circle: no jump at +-pi)."""
+        hand = self.kinematics.hand_pose(proprio, robot)  # (B, HAND_POSE_DIM)
+        yaw = hand[:, 3:4]
+        return torch.cat([hand[:, :3], torch.cos(yaw), torch.sin(yaw), hand[:, 4:]], dim=-1)
 
     @property
     def device(self) -> torch.device:
@@ -453,10 +472,7 @@ class ExpertLibrary(ChunkPolicy):
         return self.adapters[skill]
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
-        adapter = self.adapter(skill)
-        features = self.backbone(
-            obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter
-        )  # (B, feature_dim)
+        features = self.head_features(self.backbone, obs, self.adapter(skill))  # checks the skill first
         return self.heads[skill](features)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
