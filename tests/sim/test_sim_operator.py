@@ -15,6 +15,7 @@ from robocoach_skills.operator import (
 )
 from robocoach_skills.sim.arms import check_joint_command, get_arm
 from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skills import ScriptParams
 from robocoach_skills.tasks import get_composition
 
 SLOW_SEEDS = 50  # seeded starts per skill and arm
@@ -69,6 +70,21 @@ def test_whole_task_demo_labels_each_subtask(robot):
         frames = episode.progress[episode.subtask_index == i]
         assert frames[0] == 0.0
     assert episode.progress[-1] == 1.0
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_a_pick_demo_ends_holding_the_lifted_cube(robot):
+    """A completion detector learns "picked" from the frames after the cube rose high enough: the
+    operator holds it there `lift_dwell` steps, where a pick used to end 4-7 frames after success."""
+    scene = SimScene(SceneConfig(robot=robot, render=False))
+    comp = get_composition(robot, "pick_place_bin")
+    episodes = [ScriptedOperator().demo_subtask(scene, comp, 0, seed=seed) for seed in range(3)]
+    scene.close()
+    for episode in episodes:
+        assert episode.success, episode.metadata
+        done = np.flatnonzero(episode.progress >= 1.0)
+        assert done[-1] == len(episode) - 1 and np.all(np.diff(done) == 1)  # done to the end, unbroken
+        assert len(done) > ScriptParams().lift_dwell, len(done)
 
 
 @pytest.mark.slow

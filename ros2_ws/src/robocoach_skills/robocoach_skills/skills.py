@@ -60,6 +60,10 @@ class ScriptParams:
     grasp_height_step: float = 0.0025  # raise a blocked grasp in these increments
     close_dwell: int = 5  # policy steps to let the fingers close
     open_dwell: int = 4  # policy steps to let the fingers open
+    # Policy steps a pick holds the lifted cube, as an operator checks the grasp. Every other skill ends
+    # with a retreat in which its subtask stays done (7-29 frames); a pick ended 4-7 frames after the
+    # cube rose high enough, too few for a completion detector to learn "picked" (docs/world.md).
+    lift_dwell: int = 8
     carry_margin: float = 0.03  # a carried cube's bottom clears obstacles by this
     release_drop: float = 0.01  # a placed cube is released this far above its support
     retreat: float = 0.06  # upward retreat after releasing a cube
@@ -351,7 +355,7 @@ class Pick(Skill):
         yield Waypoint(_above(cube["pos"], hover), plan.yaw, plan.grip, tol=0.004)
         yield Waypoint(_at(cube["pos"], plan.height), plan.yaw, plan.grip, speed=0.5, tol=0.004)
         yield Waypoint(_at(cube["pos"], plan.height), plan.yaw, 0.0, dwell=p.close_dwell)
-        yield Waypoint(_above(cube["pos"], p.lift), plan.yaw, 0.0, speed=0.6)
+        yield Waypoint(_above(cube["pos"], p.lift), plan.yaw, 0.0, speed=0.6, dwell=p.lift_dwell)
 
 
 @register_skill
