@@ -23,6 +23,7 @@ from robocoach_world.judge.evaluate import (
     calibrate_threshold,
     completion_frames,
     evaluate_judge,
+    format_table,
     score_case,
 )
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
@@ -242,6 +243,11 @@ def test_measures_of_one_case_by_hand():
     # switch errors: 0.1 s (failed video) and 0.1, 0.0 s (succeeded video) -> MAE 0.0667
     assert row["switch_time_mae_s"] == pytest.approx(0.2 / 3)
     assert -1 <= row["spearman_segment"] <= 1 and not math.isnan(row["spearman_online"])
+    # four press subtasks: three completed and confirmed, the failed video's second neither
+    assert case.subtasks == [("press_button", True, True), ("press_button", False, False)]
+    press = {"completed": 3, "confirmed": 3, "missed": 0, "not_completed": 1, "false": 0, "rejected": 1}
+    assert row["per_skill"] == {"press_button": press}
+    assert "| press_button | 3 | 3 | 0 | 1 | 0 | 1 |" in format_table(results)
 
 
 def _succeeded() -> Labelled:

@@ -80,6 +80,7 @@ class CaseResult:
     switches: list[tuple[float, float]]  # (detected, actual) done time [s] per subtask both sides completed
     missed_switches: int  # completed by ground truth, never detected done by the judge
     false_switches: int  # detected done, not completed by ground truth
+    subtasks: list[tuple[str, bool, bool]]  # per subtask: (skill, completed by ground truth, detected done)
     online: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress where segmentations agree
     segment: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress on ground-truth segments
     frames: int
@@ -169,7 +170,7 @@ def segment_scores(judge: ProgressJudge, video: LabelledVideo) -> tuple[np.ndarr
 
 
 def score_case(judge: ProgressJudge, video: LabelledVideo, verdict: Verdict) -> CaseResult:
-    done_at = completion_frames(video)
+    done_at, subtasks = completion_frames(video), video.composition.subtasks
     switches, missed, false = [], 0, 0
     for actual_frame, judged, seconds in zip(done_at, verdict.completed, verdict.switch_times, strict=True):
         if actual_frame >= 0 and judged:
@@ -187,6 +188,10 @@ def score_case(judge: ProgressJudge, video: LabelledVideo, verdict: Verdict) -> 
         switches=switches,
         missed_switches=missed,
         false_switches=false,
+        subtasks=[
+            (subtask.skill, frame >= 0, judged)
+            for subtask, frame, judged in zip(subtasks, done_at, verdict.completed, strict=True)
+        ],
         online=(verdict.trace[agree], video.progress[agree]),
         segment=segment_scores(judge, video),
         frames=len(video.images),
@@ -223,19 +228,38 @@ def summarize(cases: Sequence[CaseResult]) -> dict:
     }
 
 
+def per_skill(cases: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
+    """Skill -> how the judge's done detections met the truth on that skill's subtasks: `completed`
+    (by ground truth) of which `confirmed` and `missed`, and `not_completed` of which `false` (called
+    done). A skill the judge never confirms fails every composition it is in, whatever the expert does."""
+    out: dict[str, dict[str, int]] = {}
+    for case in cases:
+        for skill, true, judged in case.subtasks:
+            row = out.setdefault(skill, dict.fromkeys(SKILL_COLUMNS, 0))
+            row["completed" if true else "not_completed"] += 1
+            row[("confirmed" if judged else "missed") if true else ("false" if judged else "rejected")] += 1
+    return dict(sorted(out.items()))
+
+
+SKILL_COLUMNS = ("completed", "confirmed", "missed", "not_completed", "false", "rejected")
+
+
 def evaluate_judge(
     judge: ProgressJudge,
     videos: Sequence[LabelledVideo],
     deadlines: Deadlines,
     config: VerdictConfig | None = None,
 ) -> dict[str, dict]:
-    """Group name -> measures, for groups all / each arm / each kind present in `videos`."""
+    """Group name -> measures, for groups all / each arm / each kind present in `videos`; the "all"
+    group also carries `per_skill`."""
     cases = [score_case(judge, v, judge_episode(judge, v, deadlines, config)) for v in videos]
     groups = {"all": cases}
     for key in ("robot", "kind"):
         for value in sorted({getattr(c, key) for c in cases}):
             groups[value] = [c for c in cases if getattr(c, key) == value]
-    return {name: summarize(group) for name, group in groups.items()}
+    results = {name: summarize(group) for name, group in groups.items()}
+    results["all"]["per_skill"] = per_skill(cases)
+    return results
 
 
 def format_table(results: dict[str, dict]) -> str:
@@ -259,6 +283,9 @@ def format_table(results: dict[str, dict]) -> str:
             for k, _, f in columns
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "| skill | " + " | ".join(SKILL_COLUMNS) + " |", "|" + "---|" * (len(SKILL_COLUMNS) + 1)]
+    for skill, row in results["all"]["per_skill"].items():
+        lines.append(f"| {skill} | " + " | ".join(str(row[k]) for k in SKILL_COLUMNS) + " |")
     return "\n".join(lines)
 
 
