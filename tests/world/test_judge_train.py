@@ -17,16 +17,17 @@ import numpy as np
 import pytest
 import torch
 
+from robocoach_skills.composition import Subtask
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts.perception import PerceptionConfig
 from robocoach_skills.operator import OperatorConfig
 from robocoach_skills.tasks import get_composition
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.judge.checkpoint import CHECKPOINT_DIR, DEADLINES_FILE, load_judge
-from robocoach_world.judge.data import SegmentConfig, SegmentDataset, load_episodes
+from robocoach_world.judge.data import SegmentConfig, SegmentDataset, collate_segments, load_episodes
 from robocoach_world.judge.evaluate import evaluate_judge
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
-from robocoach_world.judge.train import TrainConfig, pretrain_encoder, split_episodes, train
+from robocoach_world.judge.train import TrainConfig, masked_loss, pretrain_encoder, split_episodes, train
 from robocoach_world.judge.verdict import calibrate_deadlines
 from robocoach_world.world.artifacts import save_world
 from robocoach_world.world.model import CoachWorld, WorldConfig
@@ -214,3 +215,43 @@ def test_time_warp_holds_and_skips_frames_with_their_own_labels():
     )
     with pytest.raises(ValueError, match="time_warp"):
         SegmentConfig(time_warp=0.5)
+
+
+def test_counterfactual_segments_ask_about_another_object_and_train_the_done_head_only():
+    """A counterfactual segment shows the same frames, asks about the other button, is done at no frame,
+    and leaves its progress unscored; the drawer has no other object and is never swapped."""
+    n = 30
+    images = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3))
+    progress = np.linspace(0, 1, n, dtype=np.float32)
+    press, close = (
+        SimpleNamespace(
+            images=images,
+            progress=progress,
+            subtask_index=np.zeros(n, dtype=np.int64),
+            composition=get_composition("franka", task),
+        )
+        for task in ("press_push", "close_then_push")  # first subtasks: press red_button, close_drawer
+    )
+    judge = ProgressJudge(JudgeConfig())
+    swap = SegmentConfig(start_jitter=(0, 0), shift_px=0, counterfactual=1.0)
+    sample = SegmentDataset([press], judge, swap)[0]
+    other = judge.condition(["franka"], [Subtask("press_button", "green_button")])[0]
+    assert torch.equal(sample["cond"], other) and not sample["progress_known"]
+    assert torch.equal(sample["progress"], torch.zeros(n))
+    np.testing.assert_array_equal(sample["frames"].numpy(), images)
+    kept = SegmentDataset([close], judge, swap)[0]
+    assert kept["progress_known"] and torch.equal(kept["progress"], torch.from_numpy(progress))
+    for config in (dataclasses.replace(swap, counterfactual=0.0), dataclasses.replace(swap, augment=False)):
+        plain = SegmentDataset([press], judge, config)[0]
+        assert plain["progress_known"] and plain["cond"][1] != other[1]
+
+    batch = collate_segments([sample, kept])
+    logits = torch.randn(2, n, 2)
+    config = TrainConfig(stores=[])
+    both = masked_loss(logits, batch["progress"], batch["mask"], torch.ones(2, dtype=torch.bool), config)
+    done_only = masked_loss(logits, batch["progress"], batch["mask"], batch["progress_known"], config)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    unscored = bce(logits[0, :, 0], batch["progress"][0], reduction="sum") / (2 * n)
+    torch.testing.assert_close(both - done_only, unscored)
+    with pytest.raises(ValueError, match="counterfactual"):
+        SegmentConfig(counterfactual=1.5)

@@ -10,9 +10,15 @@ to the pace of a subtask:
   * a random shift of the whole segment by a few pixels (one camera pose per segment);
   * time warp (off by default): frames held or skipped at random, labels following their frames, so
     that the time since the subtask started says less about its progress than the frames do (an
-    expert stalls or hurries where the scripted demos never do).
+    expert stalls or hurries where the scripted demos never do);
+  * counterfactual objects (off by default): the segment judged as the same skill on another object
+    of its kind (another cube, the other button). That subtask did not happen, so its done target is
+    0 throughout; its progress is not scored (how near the hand came to the other object is not in
+    the labels). Failures where the operator worked on the wrong object are a few per corpus; this
+    gives the done head one for every segment.
 
-Sample: frames (L, H, W, 3) uint8, progress (L,) float32, cond (4,) long (see ProgressJudge.condition).
+Sample: frames (L, H, W, 3) uint8, progress (L,) float32, cond (4,) long (see ProgressJudge.condition),
+progress_known () bool (False for a counterfactual sample).
 The dataset holds the frames of its episodes in memory (12 KB per 64x64 frame).
 """
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +36,12 @@ from torch.utils.data import Dataset
 from robocoach_skills.composition import Subtask
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_world.judge.model import ProgressJudge
 
 KEY_FRAMES, KEY_TARGET, KEY_COND, KEY_MASK = "frames", "progress", "cond", "mask"
+KEY_PROGRESS_KNOWN = "progress_known"  # the sample's progress targets are labels (not a counterfactual)
+OBJECT_KINDS: tuple[tuple[str, ...], ...] = (CUBES, BUTTONS)  # objects one skill acts on interchangeably
 
 
 def load_episodes(stores: Sequence[Path]) -> list[Episode]:
@@ -54,14 +63,23 @@ class SegmentConfig:
     start_jitter: tuple[int, int] = (-8, 2)  # segment start shifted by this many frames (min, max)
     shift_px: int = 3  # random shift of a segment's frames, up to this many pixels each way
     time_warp: float = 0.0  # per frame: probability of holding the last frame, and of skipping one
-    augment: bool = True  # False for validation: exact starts, no shift, no warp
+    # per segment with other objects of its kind: probability of judging it as one of them instead
+    counterfactual: float = 0.0
+    augment: bool = True  # False for validation: exact starts, no shift, no warp, no counterfactuals
 
     def __post_init__(self) -> None:
         lo, hi = self.start_jitter
-        if self.max_len < 1 or lo > 0 or hi < 0 or self.shift_px < 0 or not 0 <= self.time_warp < 0.5:
+        if (
+            self.max_len < 1
+            or lo > 0
+            or hi < 0
+            or self.shift_px < 0
+            or not 0 <= self.time_warp < 0.5
+            or not 0 <= self.counterfactual <= 1
+        ):
             raise ValueError(
                 "SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0, "
-                f"0 <= time_warp < 0.5; got {self}"
+                f"0 <= time_warp < 0.5, 0 <= counterfactual <= 1; got {self}"
             )
 
 
@@ -106,6 +124,12 @@ class SegmentDataset(Dataset):
         self.conds = judge.condition(
             [s.robot for s in self.segments], [s.subtask for s in self.segments]
         ).cpu()
+        # per segment: the conditions of the same skill on each other object of its kind (None: none)
+        self.counterfactual_conds = [
+            judge.condition([s.robot] * len(others), others).cpu() if others else None
+            for s in self.segments
+            for others in [other_objects(s.subtask)]
+        ]
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
@@ -124,10 +148,16 @@ class SegmentDataset(Dataset):
         progress[index < s.start] = 0.0  # previous subtask's tail: the new one has not begun
         if c.augment and c.shift_px:
             frames = _shift(frames, self.rng.integers(-c.shift_px, c.shift_px + 1, size=2))
+        cond, known = self.conds[i], True
+        others = self.counterfactual_conds[i]
+        if c.augment and others is not None and self.rng.random() < c.counterfactual:
+            cond, known = others[self.rng.integers(len(others))], False
+            progress[:] = 0.0  # not done at any frame (the progress channel is not scored)
         return {
             KEY_FRAMES: torch.from_numpy(np.ascontiguousarray(frames)),
             KEY_TARGET: torch.from_numpy(progress.astype(np.float32)),
-            KEY_COND: self.conds[i],
+            KEY_COND: cond,
+            KEY_PROGRESS_KNOWN: torch.tensor(known),
         }
 
     def _frame_index(self, start: int, end: int) -> np.ndarray:
@@ -138,6 +168,16 @@ class SegmentDataset(Dataset):
         steps = self.rng.choice(3, size=c.max_len, p=[c.time_warp, 1 - 2 * c.time_warp, c.time_warp])
         index = start + np.concatenate([[0], np.cumsum(steps[:-1])])  # hold 0, advance 1, skip 2
         return index[index < end]
+
+
+def other_objects(subtask: Subtask) -> list[Subtask]:
+    """The same subtask on each other object of its object's kind ([] where there is none: the drawer).
+
+    >>> [s.object for s in other_objects(Subtask("press_button", "red_button"))]
+    ['green_button']
+    """
+    kind = next((k for k in OBJECT_KINDS if subtask.object in k), ())
+    return [replace(subtask, object=other) for other in kind if other != subtask.object]
 
 
 def _shift(frames: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -152,7 +192,8 @@ def _shift(frames: np.ndarray, offset: np.ndarray) -> np.ndarray:
 
 
 def collate_segments(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Pad segments to the longest one: frames (B, T, H, W, 3), progress (B, T), cond (B, 4), mask (B, T)."""
+    """Pad segments to the longest one: frames (B, T, H, W, 3), progress (B, T), cond (B, 4), mask (B, T),
+    progress_known (B,)."""
     longest = max(len(s[KEY_TARGET]) for s in samples)
     b = len(samples)
     frames = torch.zeros((b, longest, *samples[0][KEY_FRAMES].shape[1:]), dtype=torch.uint8)
@@ -166,4 +207,5 @@ def collate_segments(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.
         KEY_TARGET: progress,
         KEY_COND: torch.stack([s[KEY_COND] for s in samples]),
         KEY_MASK: mask,
+        KEY_PROGRESS_KNOWN: torch.stack([s[KEY_PROGRESS_KNOWN] for s in samples]),
     }

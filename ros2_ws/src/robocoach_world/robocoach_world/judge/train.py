@@ -38,6 +38,7 @@ from robocoach_world.judge.data import (
     KEY_COND,
     KEY_FRAMES,
     KEY_MASK,
+    KEY_PROGRESS_KNOWN,
     KEY_TARGET,
     SegmentConfig,
     SegmentDataset,
@@ -90,13 +91,18 @@ def split_episodes(episodes: list[Episode], val_every: int) -> tuple[list[Episod
 
 
 def masked_loss(
-    logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, config: TrainConfig
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    progress_known: torch.Tensor,
+    config: TrainConfig,
 ) -> torch.Tensor:
     """BCE of the progress channel against soft progress targets plus `done_weight` x BCE of the
     done channel against progress == 1 (positives weighted `done_pos_weight`), mean over real frames.
-    logits (B, T, 2), target/mask (B, T)."""
+    logits (B, T, 2), target/mask (B, T); progress_known (B,) bool: rows whose progress is scored (a
+    counterfactual row trains the done channel only)."""
     bce = functional.binary_cross_entropy_with_logits
-    progress = bce(logits[..., PROGRESS], target, reduction="none")
+    progress = bce(logits[..., PROGRESS], target, reduction="none") * progress_known[:, None]
     pos_weight = torch.tensor(config.done_pos_weight, device=logits.device)
     done = bce(logits[..., DONE], (target >= 1.0).float(), reduction="none", pos_weight=pos_weight)
     return ((progress + config.done_weight * done) * mask).sum() / mask.sum().clamp(min=1)
@@ -116,7 +122,8 @@ def validate(
             batch[KEY_MASK].to(device),
         )
         logits, _ = judge(frames, batch[KEY_COND].to(device), mask)
-        losses.append(masked_loss(logits, target, mask, config).item())
+        known = batch[KEY_PROGRESS_KNOWN].to(device)
+        losses.append(masked_loss(logits, target, mask, known, config).item())
         predicted.append(torch.sigmoid(logits[..., PROGRESS])[mask].cpu().numpy())
         actual.append(target[mask].cpu().numpy())
     judge.train()
@@ -211,7 +218,8 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
         for batch in loader:
             mask = batch[KEY_MASK].to(ctx.device)
             logits, _ = model(batch[KEY_FRAMES].to(ctx.device), batch[KEY_COND].to(ctx.device), mask)
-            loss = masked_loss(logits, batch[KEY_TARGET].to(ctx.device), mask, config)
+            known = batch[KEY_PROGRESS_KNOWN].to(ctx.device)
+            loss = masked_loss(logits, batch[KEY_TARGET].to(ctx.device), mask, known, config)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
