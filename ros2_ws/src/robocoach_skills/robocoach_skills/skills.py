@@ -62,7 +62,7 @@ class ScriptParams:
     open_dwell: int = 4  # policy steps to let the fingers open
     # Policy steps a pick holds the lifted cube, as an operator checks the grasp. Every other skill ends
     # with a retreat in which its subtask stays done (7-29 frames); a pick ended 4-7 frames after the
-    # cube rose high enough, too few for a completion detector to learn "picked" (docs/world.md).
+    # cube rose high enough, too few for a completion detector to learn "picked" (docs/benchmarks.md).
     lift_dwell: int = 8
     carry_margin: float = 0.03  # a carried cube's bottom clears obstacles by this
     release_drop: float = 0.01  # a placed cube is released this far above its support
