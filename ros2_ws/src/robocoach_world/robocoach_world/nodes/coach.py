@@ -29,6 +29,7 @@ import rclpy
 import torch
 from rclpy.action import ActionClient
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -68,6 +69,9 @@ from robocoach_world.imagine import INITIAL_STATES, ImaginationConfig, imaginati
 from robocoach_world.records import SOURCE_DEPLOYED, SOURCE_IMAGINED, TrialRecord
 
 STATE_FILE = "coach_state.json"
+# With exit_when_done: how long the coach waits for subscribers to acknowledge its last requests, rounds
+# and scorecard before the process ends (a message still queued then is lost, reliable QoS or not) [s]
+FLUSH_TIMEOUT_S = 5.0
 STATUS_SUCCEEDED = 4  # action_msgs/GoalStatus
 
 
@@ -297,7 +301,16 @@ class CoachNode(Node):
                 "restart resumes)"
             )
         if self.exit_when_done:
+            self._flush_publications()
             rclpy.try_shutdown(context=self.context)
+
+    def _flush_publications(self) -> None:
+        """Wait, at most FLUSH_TIMEOUT_S each, until every subscriber has acknowledged what was published."""
+        for publisher in (self.request_pub, self.round_pub, self.scorecard_pub):
+            if not publisher.wait_for_all_acked(Duration(seconds=FLUSH_TIMEOUT_S)):
+                self.get_logger().warning(
+                    f"{publisher.topic_name}: not acknowledged by every subscriber within {FLUSH_TIMEOUT_S} s"
+                )
 
     # ------------------------------------------------------------------ calls
     def _wait(self, future, timeout_s: float, what: str):
