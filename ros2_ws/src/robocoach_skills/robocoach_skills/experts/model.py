@@ -7,7 +7,7 @@
     keypoints of the arguments' landmarks (B,8) ---------------+-------------------+ (keypoint_skip)
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features (B,142) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
+    features (B,136; 142 with hand_skip) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the

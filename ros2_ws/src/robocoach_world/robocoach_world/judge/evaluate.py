@@ -53,6 +53,8 @@ log = logging.getLogger("robocoach.judge")
 DONE = 1.0  # ground-truth progress of a completed subtask
 THRESHOLD_CANDIDATES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # done thresholds calibrate_threshold tries
 SWITCH_TOLERANCE_S = 1.0  # a detected switch this close to the true one counts as right [s]
+# per_skill's counts: ground-truth completions confirmed or missed, the rest called done (false) or not
+SKILL_COLUMNS = ("completed", "confirmed", "missed", "not_completed", "false", "rejected")
 
 
 class LabelledVideo(Protocol):
@@ -78,12 +80,20 @@ class CaseResult:
     first_failed: int  # ground truth, -1 if it succeeded
     judged_first_failed: int
     switches: list[tuple[float, float]]  # (detected, actual) done time [s] per subtask both sides completed
-    missed_switches: int  # completed by ground truth, never detected done by the judge
-    false_switches: int  # detected done, not completed by ground truth
     subtasks: list[tuple[str, bool, bool]]  # per subtask: (skill, completed by ground truth, detected done)
     online: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress where segmentations agree
     segment: tuple[np.ndarray, np.ndarray]  # (judged, actual) progress on ground-truth segments
     frames: int
+
+    @property
+    def missed_switches(self) -> int:
+        """Subtasks completed by ground truth that the judge never detected done."""
+        return sum(true and not judged for _, true, judged in self.subtasks)
+
+    @property
+    def false_switches(self) -> int:
+        """Subtasks the judge detected done that never completed."""
+        return sum(judged and not true for _, true, judged in self.subtasks)
 
 
 def completion_frames(video: LabelledVideo) -> list[int]:
@@ -170,13 +180,16 @@ def segment_scores(judge: ProgressJudge, video: LabelledVideo) -> tuple[np.ndarr
 
 
 def score_case(judge: ProgressJudge, video: LabelledVideo, verdict: Verdict) -> CaseResult:
-    done_at, subtasks = completion_frames(video), video.composition.subtasks
-    switches, missed, false = [], 0, 0
-    for actual_frame, judged, seconds in zip(done_at, verdict.completed, verdict.switch_times, strict=True):
-        if actual_frame >= 0 and judged:
-            switches.append((seconds, actual_frame / video.fps))
-        missed += actual_frame >= 0 and not judged
-        false += actual_frame < 0 and judged
+    done_at = completion_frames(video)
+    subtasks = [
+        (subtask.skill, frame >= 0, judged)
+        for subtask, frame, judged in zip(video.composition.subtasks, done_at, verdict.completed, strict=True)
+    ]
+    switches = [
+        (seconds, frame / video.fps)
+        for frame, judged, seconds in zip(done_at, verdict.completed, verdict.switch_times, strict=True)
+        if frame >= 0 and judged
+    ]
     agree = verdict.active == video.subtask_index
     return CaseResult(
         robot=video.composition.robot,
@@ -186,12 +199,7 @@ def score_case(judge: ProgressJudge, video: LabelledVideo, verdict: Verdict) -> 
         first_failed=-1 if video.success else int(video.subtask_index[-1]),
         judged_first_failed=verdict.first_failed,
         switches=switches,
-        missed_switches=missed,
-        false_switches=false,
-        subtasks=[
-            (subtask.skill, frame >= 0, judged)
-            for subtask, frame, judged in zip(subtasks, done_at, verdict.completed, strict=True)
-        ],
+        subtasks=subtasks,
         online=(verdict.trace[agree], video.progress[agree]),
         segment=segment_scores(judge, video),
         frames=len(video.images),
@@ -239,9 +247,6 @@ def per_skill(cases: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
             row["completed" if true else "not_completed"] += 1
             row[("confirmed" if judged else "missed") if true else ("false" if judged else "rejected")] += 1
     return dict(sorted(out.items()))
-
-
-SKILL_COLUMNS = ("completed", "confirmed", "missed", "not_completed", "false", "rejected")
 
 
 def evaluate_judge(
