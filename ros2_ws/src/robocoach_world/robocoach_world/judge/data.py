@@ -124,12 +124,14 @@ class SegmentDataset(Dataset):
         self.conds = judge.condition(
             [s.robot for s in self.segments], [s.subtask for s in self.segments]
         ).cpu()
-        # per segment: the conditions of the same skill on each other object of its kind (None: none)
-        self.counterfactual_conds = [
-            judge.condition([s.robot] * len(others), others).cpu() if others else None
-            for s in self.segments
-            for others in [other_objects(s.subtask)]
-        ]
+        # per segment: the conditions of the same skill on each other object of its kind; None where
+        # there is none or counterfactuals are off (then no random draw is spent on them either)
+        self.counterfactual_conds: list[torch.Tensor | None] = [None] * len(self.segments)
+        if config.augment and config.counterfactual:
+            for k, s in enumerate(self.segments):
+                others = other_objects(s.subtask)
+                if others:
+                    self.counterfactual_conds[k] = judge.condition([s.robot] * len(others), others).cpu()
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
@@ -150,7 +152,7 @@ class SegmentDataset(Dataset):
             frames = _shift(frames, self.rng.integers(-c.shift_px, c.shift_px + 1, size=2))
         cond, known = self.conds[i], True
         others = self.counterfactual_conds[i]
-        if c.augment and others is not None and self.rng.random() < c.counterfactual:
+        if others is not None and self.rng.random() < c.counterfactual:
             cond, known = others[self.rng.integers(len(others))], False
             progress[:] = 0.0  # not done at any frame (the progress channel is not scored)
         return {
