@@ -68,3 +68,21 @@ def test_a_pressed_button_is_left_from_a_pose_the_approach_never_took(fast_scene
         before = np.linalg.norm(joints[:pressed] - joints[-1], axis=1)
         # 0.011-0.057 rad with the retreat back at the approach height; 0.083-0.23 rad 6 cm above it
         assert before.min() > 0.07, (seed, before.min())
+
+
+def test_a_push_strokes_on_from_where_the_last_stroke_left_the_hand():
+    """After a stroke the fingers rest against the cube, nearer than the approach point; the hand
+    strokes on from there instead of lifting and coming round again (docs/bootstrap.md)."""
+    from robocoach_skills.skills import _on_push_line
+
+    cube, u, behind, push_z, tol = np.array([0.5, 0.0]), np.array([1.0, 0.0]), 0.055, 0.02, 0.02
+
+    def at(x: float, y: float, z: float = push_z) -> np.ndarray:
+        return np.array([x, y, z])
+
+    assert _on_push_line(at(0.47, 0.0), cube, u, behind, push_z, tol)  # fingers against the cube
+    assert _on_push_line(at(0.445, 0.015), cube, u, behind, push_z, tol)  # at the approach point, a bit off
+    assert not _on_push_line(at(0.47, 0.025), cube, u, behind, push_z, tol)  # off the line sideways
+    assert not _on_push_line(at(0.42, 0.0), cube, u, behind, push_z, tol)  # too far back
+    assert not _on_push_line(at(0.53, 0.0), cube, u, behind, push_z, tol)  # past the cube
+    assert not _on_push_line(at(0.47, 0.0, push_z + 0.03), cube, u, behind, push_z, tol)  # up in the air

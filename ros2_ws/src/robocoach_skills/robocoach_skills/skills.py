@@ -422,6 +422,21 @@ class Place(Skill):
         yield Waypoint(_at(goal, release + p.retreat), yaw, 1.0)
 
 
+def _on_push_line(
+    ee: np.ndarray, cube: np.ndarray, u: np.ndarray, behind: float, push_z: float, tol: float
+) -> bool:
+    """Whether the pusher can stroke on from where it is: low, on the line through the cube along `u`
+    (within `tol` sideways) and behind the cube, at most `behind` + `tol` back.
+
+    A stroke ends with the fingers against the cube, closer than the approach point `behind`; asking
+    for that point instead sent the hand up and round again after almost every stroke (5 of 5.6
+    strokes per demo), a lift-and-realign mode that chunk regression averages with the stroke."""
+    rel = cube - ee[:2]
+    along = float(rel @ u)
+    sideways = abs(float(rel[0] * u[1] - rel[1] * u[0]))
+    return ee[2] <= push_z + tol and sideways <= tol and 0.0 < along <= behind + tol
+
+
 @register_skill
 class Push(Skill):
     """Push a cube across the table onto the pad with the closed fingers."""
@@ -468,8 +483,8 @@ class Push(Skill):
             stroke = min(dist, p.push_segment) if turn == 0 else p.push_detour_stroke
             behind = cube[:2] - u * (ch * math.sqrt(2) + reach + p.push_clearance)
             end = cube[:2] + u * (stroke - ch - reach)
-            realign = bool(
-                np.linalg.norm(ee[:2] - behind) > p.push_realign or ee[2] > push_z + p.push_realign
+            realign = not _on_push_line(
+                ee, cube[:2], u, np.linalg.norm(behind - cube[:2]), push_z, p.push_realign
             )
             stroke_yaw = yaw
             if stroke_yaw is None or realign:  # choose an orientation whose palm stays clear
