@@ -143,6 +143,33 @@ def test_random_shift_crops_a_replicate_padded_frame_per_sample():
     assert torch.equal(random_shift(images, 0), images)
 
 
+def test_argument_direction_is_the_unit_vector_from_object_to_target(config):
+    """With argument_direction the argument keypoints end with (target - object) / |target - object|,
+    checked on keypoints set by hand; the features and the heads widen by those two numbers."""
+    from dataclasses import replace
+
+    from robocoach_skills.constants import ARGUMENT_LANDMARKS, LANDMARKS, SUBTASK_ARGUMENTS
+
+    with_direction = replace(config, argument_direction=True)
+    assert with_direction.backbone_dim == config.backbone_dim + 2
+    backbone = ExpertLibrary(with_direction, skills=("push",)).backbone
+    c = len(LANDMARKS)
+    x, y = torch.zeros(1, c), torch.zeros(1, c)
+    cube, pad = LANDMARKS.index("red_cube"), LANDMARKS.index(ARGUMENT_LANDMARKS["pad"])
+    x[0, cube], y[0, cube] = 0.1, 0.2
+    x[0, pad], y[0, pad] = 0.4, -0.2  # 0.3 right, 0.4 down: a 3-4-5 triangle
+    arguments = torch.tensor([[SUBTASK_ARGUMENTS.index("red_cube"), SUBTASK_ARGUMENTS.index("pad")]])
+    offsets = backbone.argument_offsets(torch.cat([x, y], dim=1), arguments)
+    assert offsets.shape == (1, with_direction.argument_dim) == (1, 10)
+    assert torch.allclose(
+        offsets[0, :8],
+        ExpertLibrary(config, ("push",)).backbone.argument_offsets(torch.cat([x, y], dim=1), arguments)[0],
+    )
+    assert torch.allclose(offsets[0, 8:], torch.tensor([0.6, -0.8]))
+    with pytest.raises(ValueError, match="argument_keypoints"):
+        replace(config, argument_keypoints=False, keypoint_skip=False, argument_direction=True)
+
+
 def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
     """With keypoint_skip the features end with the object/target keypoints (and their offsets from the
     gripper's) exactly as vision computes them, whatever the fuse and trunk layers do."""

@@ -20,14 +20,21 @@ from robocoach_skills.kinematics import HAND_POSE_DIM
 
 # Names of the backbone layers that are not convolutions (see model.Backbone).
 DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
-# Object xy, target xy, and each minus the gripper's (model.Backbone.argument_offsets).
+# Object xy, target xy, and each minus the gripper's (model.Backbone.argument_offsets) ...
 ARGUMENT_KEYPOINT_DIM = 8
+# ... and with `argument_direction` the unit vector from the object's keypoint to the target's.
+ARGUMENT_DIRECTION_DIM = 2
 # The hand pose a head reads with `hand_skip`: x, y, z [m], cos and sin of the closing-axis yaw, gripper
 # (model.ChunkPolicy.hand_inputs).
 HAND_INPUT_DIM = 6
 # Fields added after libraries were first saved, with the value that reproduces a library saved
 # without them: `from_dict` and the adapter signature check fill them in.
-LEGACY_VALUES: dict[str, Any] = {"keypoint_skip": False, "action_space": "joint", "hand_skip": False}
+LEGACY_VALUES: dict[str, Any] = {
+    "keypoint_skip": False,
+    "action_space": "joint",
+    "hand_skip": False,
+    "argument_direction": False,
+}
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
 #   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
 #   "joint": joint deltas [rad] and the gripper's.
@@ -54,6 +61,10 @@ class ExpertConfig:
     # frozen fuse layer and a rank-4 adapter alone, a pick expert trained on 100 demos put the hand
     # where the *average* cube is sideways (docs/bootstrap.md, session 13).
     keypoint_skip: bool = True
+    # Opt-in: the argument keypoints also give the unit direction from the object to the target. A push
+    # starts behind the cube on the pad's side opposite: without the direction a head must divide by
+    # the cube-pad distance to find that point, and 100-demo push experts landed on the cube instead.
+    argument_direction: bool = False
     # Opt-in: also give every head the hand pose the proprio puts the hand at (forward kinematics), where
     # its hand motions start from. Without it a push expert pressed its fingertips into the table and
     # crawled at a tenth of the demos' speed; with it the push kept the demos' height and pace but
@@ -116,6 +127,10 @@ class ExpertConfig:
             raise ValueError(
                 f"norm_groups={self.norm_groups!r} must divide conv_channels {self.conv_channels!r}"
             )
+        if self.argument_direction and not self.argument_keypoints:
+            raise ValueError(
+                "argument_direction is part of the argument keypoints: it needs argument_keypoints"
+            )
         if self.keypoint_skip and not self.argument_keypoints:
             raise ValueError("keypoint_skip passes the argument keypoints on: it needs argument_keypoints")
         if self.conv_kernel % 2 == 0:
@@ -149,7 +164,14 @@ class ExpertConfig:
     @property
     def backbone_dim(self) -> int:
         """Width of the backbone's output: the trunk's, plus the skipped keypoints."""
-        return self.embed_dim + (ARGUMENT_KEYPOINT_DIM if self.keypoint_skip else 0)
+        return self.embed_dim + (self.argument_dim if self.keypoint_skip else 0)
+
+    @property
+    def argument_dim(self) -> int:
+        """Width of the argument keypoints (model.Backbone.argument_offsets); 0 without them."""
+        if not self.argument_keypoints:
+            return 0
+        return ARGUMENT_KEYPOINT_DIM + (ARGUMENT_DIRECTION_DIM if self.argument_direction else 0)
 
     @property
     def action_channels(self) -> int:
@@ -172,6 +194,7 @@ class ExpertConfig:
             "embed_dim",
             "argument_keypoints",
             "keypoint_skip",
+            "argument_direction",
             "hand_skip",
             "lora_rank",
             "lora_alpha",

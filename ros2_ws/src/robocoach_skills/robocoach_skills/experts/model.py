@@ -4,10 +4,10 @@
     proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk --+
     robot_id (B,) -> embedding -------------------------------+                   |
     arguments (B,2) object/target -> embedding ---------------+                   |
-    keypoints of the arguments' landmarks (B,8) ---------------+-------------------+ (keypoint_skip)
+    keypoints of the arguments' landmarks (B,8; 10) -----------+-------------------+ (keypoint_skip)
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features (B,136; 142 with hand_skip) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
+    features (B,136; +2 argument_direction, +6 hand_skip) -> head[skill] -> deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
@@ -67,6 +67,9 @@ from robocoach_skills.sim.ik import IKConfig
 Batch = Mapping[str, Any]
 OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads
 SKILL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# Keypoint distance under which the object-to-target direction is not normalised (an argument without a
+# target names the gripper; the frame spans 2 keypoint units, so a pixel is about 0.03).
+DIRECTION_EPS = 1e-3
 
 
 @contextmanager
@@ -134,10 +137,11 @@ class Backbone(nn.Module):
                 )
             landmark = [LANDMARKS.index(ARGUMENT_LANDMARKS[a]) for a in SUBTASK_ARGUMENTS]
             self.register_buffer("argument_landmark", torch.tensor(landmark), persistent=False)
-            fused += 8  # object and target keypoints, and their offsets from the gripper's
+            fused += c.argument_dim  # object and target keypoints, their offsets from the gripper's, ...
         self.fuse = LoRALinear(fused, c.embed_dim)
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
         self.keypoint_skip = c.keypoint_skip
+        self.argument_direction = c.argument_direction
 
     def new_adapter(self) -> LoRAAdapter:
         """A fresh (identity) adapter for the configured `lora_layers`, on the current default device."""
@@ -160,7 +164,8 @@ class Backbone(nn.Module):
         return self.keypoints(x), x.mean(dim=(2, 3))
 
     def argument_offsets(self, keypoints: torch.Tensor, arguments: torch.Tensor) -> torch.Tensor:
-        """Keypoints (B, 2C), arguments (B, 2) -> (B, 8): object xy, target xy, each minus the gripper's.
+        """Keypoints (B, 2C), arguments (B, 2) -> (B, argument_dim): object xy, target xy, each minus the
+        gripper's, and with `argument_direction` the unit vector from object to target.
 
         One press expert serves both buttons and one pick expert every cube: picking *the* landmark
         keypoint its arguments name is a gating an MLP learns poorly from ten demos, so it is done here.
@@ -170,7 +175,10 @@ class Backbone(nn.Module):
         rows = torch.arange(len(xy), device=xy.device)[:, None]
         named = xy[rows, self.argument_landmark[arguments]]  # (B, 2, 2): object, target
         gripper = xy[:, LANDMARKS.index("gripper")][:, None]  # (B, 1, 2)
-        return torch.cat([named.flatten(1), (named - gripper).flatten(1)], dim=-1)
+        parts = [named.flatten(1), (named - gripper).flatten(1)]
+        if self.argument_direction:
+            parts.append(F.normalize(named[:, 1] - named[:, 0], dim=-1, eps=DIRECTION_EPS))
+        return torch.cat(parts, dim=-1)
 
     def vision_parameters(self) -> list[nn.Parameter]:
         """The parameters of `vision` (besides an adapter): convs, norms and the keypoint temperature."""
