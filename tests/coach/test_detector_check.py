@@ -79,3 +79,14 @@ def test_a_check_runs_the_subtask_to_its_deadline_and_scores_both_detectors(tmp_
     assert written["summary"] == summary
     assert (tmp_path / "check" / "detector_check.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| done_head |" in (tmp_path / "check" / "detector_check.md").read_text()
+
+
+def test_without_a_judge_only_the_done_head_is_checked_and_plotted(tmp_path):
+    """A check without --judge crashed in the plot (one detector, two markers); it must report and plot."""
+    models = write_offboard_models(tmp_path, ROBOT, TASK, deadline_steps=DEADLINE)
+    config = DetectorCheckConfig(
+        experts=models["experts"], robot=ROBOT, task=TASK, subtask=0, trials=1, out=tmp_path / "check"
+    )
+    report = main(config)
+    assert report["detectors"] == ["done_head"] and set(report["trials"][0]["fired"]) == {"done_head"}
+    assert (tmp_path / "check" / "detector_check.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

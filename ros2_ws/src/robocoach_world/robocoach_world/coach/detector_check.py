@@ -252,7 +252,7 @@ def plot(report: dict, path: Path) -> Path:
         if trial["first_complete"] >= 0:
             ax.barh(row, report["deadline"] - trial["first_complete"], left=trial["first_complete"],
                     color="tab:green", alpha=0.25)  # fmt: skip
-        for name, marker in zip(report["detectors"], MARKERS, strict=True):
+        for name, marker in zip(report["detectors"], MARKERS[: len(report["detectors"])], strict=True):
             if trial["fired"][name] >= 0:  # labelled once, on the first trial it fired in
                 labelled = name in ax.get_legend_handles_labels()[1]
                 ax.scatter(
