@@ -130,16 +130,12 @@ def test_corrupt_backbone_is_refused(tmp_path, trained):
     _assert_same(trained.state_dict(), before)
 
 
-# Opt-in fields that are not switches, with a value that turns them on.
-OPT_IN_VALUES = {"hand_skip": ("pick",)}
-
-
 @pytest.mark.parametrize("field", sorted(LEGACY_VALUES))
 def test_a_library_saved_before_a_field_existed_loads_as_it_was_built(tmp_path, config, field):
     """Artifacts written before `field` existed lack it: they load with its `LEGACY_VALUES` value."""
     old_value = LEGACY_VALUES[field]
     if getattr(config, field) == old_value:  # an opt-in flag, off by default: a library with it on
-        config = ExpertConfig(**{**config.to_dict(), field: OPT_IN_VALUES.get(field, not old_value)})
+        config = ExpertConfig(**{**config.to_dict(), field: not old_value})
     assert getattr(config, field) != old_value  # else the test checks nothing
     legacy = ExpertLibrary(ExpertConfig(**{**config.to_dict(), field: old_value}), skills=("pick",))
     randomize_(legacy.parameters())
@@ -156,22 +152,3 @@ def test_a_library_saved_before_a_field_existed_loads_as_it_was_built(tmp_path, 
     _assert_same(fresh.skill_state_dict("pick"), legacy.skill_state_dict("pick"))
     with pytest.raises(AdapterLoadError, match=field):
         load_adapter(ExpertLibrary(config), "pick", path)  # a library built with today's value refuses it
-
-
-def test_a_library_saved_with_hand_skip_as_one_switch_loads_or_says_why(tmp_path, config):
-    """Sessions 22-23 saved `hand_skip` as one switch for every head: off loads as no skills; on
-    cannot say which skills and is refused with the reason."""
-    library = ExpertLibrary(config, skills=("pick",))
-    randomize_(library.parameters())
-    save_backbone(library, tmp_path / "backbone")
-    path = save_adapter(library, "pick", tmp_path / "pick" / "v0001", {"version": 1})
-    for meta_file in (tmp_path / "backbone" / "config.json", path / ADAPTER_META):
-        info = json.loads(meta_file.read_text())
-        info["config"]["hand_skip"] = False
-        meta_file.write_text(json.dumps(info))
-    fresh = load_backbone(tmp_path / "backbone")
-    assert fresh.config.hand_skip == ()
-    load_adapter(fresh, "pick", path)
-    _assert_same(fresh.skill_state_dict("pick"), library.skill_state_dict("pick"))
-    with pytest.raises(ValueError, match="hand_skip is now the skills"):
-        ExpertConfig(**{**config.to_dict(), "hand_skip": True})

@@ -22,7 +22,7 @@ def test_fresh_adapter_is_the_identity(config):
     randomize_([*lib.backbone_parameters(), *lib.heads["pick"].parameters()])  # a "trained" backbone + head
     batch = synthetic_batch(config, MIXED)
 
-    bare = lib.heads["pick"](lib.head_features(lib.backbone, batch, "pick", adapter=None))
+    bare = lib.heads["pick"](lib.head_features(lib.backbone, batch, adapter=None))
     with_fresh = lib.predict(batch, "pick")
     assert all(torch.equal(a, b) for a, b in zip(bare, with_fresh, strict=True))
 

@@ -35,7 +35,7 @@ from robocoach_skills.checkpoint import (
     state_mismatches,
     write_atomically,
 )
-from robocoach_skills.experts.config import ExpertConfig, stored_signature
+from robocoach_skills.experts.config import LEGACY_VALUES, ExpertConfig
 from robocoach_skills.experts.model import ExpertLibrary
 
 FORMAT_VERSION = 1  # bump when the layout or the meta fields change incompatibly
@@ -126,7 +126,7 @@ def load_adapter(library: ExpertLibrary, skill: str, directory: Path) -> Adapter
     if meta.skill != skill:
         raise AdapterLoadError(f"{directory} holds an adapter for skill {meta.skill!r}, not {skill!r}")
     expected_config = library.config.adapter_signature()
-    stored_config = stored_signature(meta.config)
+    stored_config = {**LEGACY_VALUES, **meta.config}
     if stored_config != expected_config:
         diff = {k: (stored_config.get(k), v) for k, v in expected_config.items() if stored_config.get(k) != v}
         raise AdapterLoadError(f"{directory} was built for another model config (file, library): {diff}")

@@ -59,7 +59,7 @@ class SkillConditionedPolicy(ChunkPolicy):
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
-        return self.head(self.head_features(self.backbone, obs, skill) + self.skill_embeddings[skill])
+        return self.head(self.head_features(self.backbone, obs) + self.skill_embeddings[skill])
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """Fine-tuned as a whole: every parameter."""
@@ -113,7 +113,7 @@ class EndToEndPolicy(ChunkPolicy):
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_skill(skill)
         policy = self.policies[skill]
-        return policy["head"](self.head_features(policy["backbone"], obs, skill))
+        return policy["head"](self.head_features(policy["backbone"], obs))
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The whole policy of that composition."""

@@ -32,7 +32,7 @@ HAND_INPUT_DIM = 6
 LEGACY_VALUES: dict[str, Any] = {
     "keypoint_skip": False,
     "action_space": "joint",
-    "hand_skip": (),
+    "hand_skip": False,
     "argument_direction": False,
 }
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
@@ -65,12 +65,12 @@ class ExpertConfig:
     # starts behind the cube on the pad's side opposite: without the direction a head must divide by
     # the cube-pad distance to find that point, and 100-demo push experts landed on the cube instead.
     argument_direction: bool = False
-    # Skills whose heads also read the hand pose the proprio puts the hand at (forward kinematics), where
-    # their hand motions start from; other heads read zeros there. Given to every head, a push kept the
-    # demos' height instead of pressing into the table but still did not push (0 of 16 at 100 demos),
-    # and a press update got worse (session 22). Of 16 bootstrap trials, opening the drawer went 0 -> 10
-    # and 15 with it, closing it 16 -> 11 and 2 (docs/bootstrap.md, session 23).
-    hand_skip: tuple[str, ...] = ()
+    # Opt-in: also give every head the hand pose the proprio puts the hand at (forward kinematics), where
+    # its hand motions start from. Without it a push expert pressed its fingertips into the table and
+    # crawled at a tenth of the demos' speed; with it the push kept the demos' height and pace but
+    # still did not push (0 of 16 at 100 demos either way), and a press update got worse (docs/bootstrap.md,
+    # session 22). Not a clear gain, so off.
+    hand_skip: bool = False
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
@@ -102,11 +102,6 @@ class ExpertConfig:
 
     def __post_init__(self) -> None:
         self.conv_channels = tuple(self.conv_channels)
-        if self.hand_skip is True:  # saved when it was one switch for every head (sessions 22-23, opt-in)
-            raise ValueError(
-                "hand_skip is now the skills whose heads read the hand pose, got True; name them"
-            )
-        self.hand_skip = tuple(self.hand_skip or ())  # False: saved when it was one switch, off
         self.lora_layers = tuple(self.lora_layers)
         positive = (
             "image_size",
@@ -163,7 +158,7 @@ class ExpertConfig:
 
     @property
     def feature_dim(self) -> int:
-        """Width of what every head reads: the backbone's output, plus the hand pose if any skill reads it."""
+        """Width of what every head reads: the backbone's output, plus the hand pose with `hand_skip`."""
         return self.backbone_dim + (HAND_INPUT_DIM if self.hand_skip else 0)
 
     @property
@@ -223,15 +218,6 @@ class ExpertConfig:
         if unknown:
             raise ValueError(f"unknown ExpertConfig fields {unknown!r}")
         return cls(**{**LEGACY_VALUES, **d})
-
-
-def stored_signature(saved: dict[str, Any]) -> dict[str, Any]:
-    """An adapter's saved signature as `adapter_signature` writes it today: fields it predates take
-    their `LEGACY_VALUES`, and `hand_skip` saved as one switch, off, is no skills."""
-    signature = {**LEGACY_VALUES, **saved}
-    if signature.get("hand_skip") is False:
-        signature["hand_skip"] = ()
-    return {k: _jsonable(v) for k, v in signature.items()}
 
 
 def _jsonable(value: Any) -> Any:

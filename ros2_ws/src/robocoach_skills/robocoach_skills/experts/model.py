@@ -5,7 +5,7 @@
     robot_id (B,) -> embedding -------------------------------+                   |
     arguments (B,2) object/target -> embedding ---------------+                   |
     keypoints of the arguments' landmarks (B,8; 10) -----------+-------------------+ (keypoint_skip)
-    hand pose from proprio by forward kinematics (B,6) ------------------------------+ (skills in hand_skip)
+    hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
     features (B,136; +2 argument_direction, +6 hand_skip) -> head[skill] -> deltas (B,K,C) + done logit (B,)
 
@@ -59,7 +59,7 @@ from robocoach_skills.constants import (
     ROBOTS,
     SUBTASK_ARGUMENTS,
 )
-from robocoach_skills.experts.config import HAND_INPUT_DIM, ExpertConfig
+from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.lora import LoRAAdapter, LoRAConv2d, LoRALinear, LowRank
 from robocoach_skills.kinematics import HAND_POSE_DIM, ArmKinematics, wrap
 from robocoach_skills.sim.ik import IKConfig
@@ -338,18 +338,14 @@ class ChunkPolicy(nn.Module, ABC):
         """The shared parameters that stay frozen after pretraining when config.freeze_backbone."""
 
     def head_features(
-        self, backbone: Backbone, obs: Batch, skill: str, adapter: LoRAAdapter | None = None
+        self, backbone: Backbone, obs: Batch, adapter: LoRAAdapter | None = None
     ) -> torch.Tensor:
-        """What `skill`'s head reads (B, config.feature_dim): `backbone`'s features, then the hand pose
-        if the skill is in `hand_skip` (zeros if another skill is)."""
+        """What a head reads (B, config.feature_dim): `backbone`'s features, then the hand pose with
+        `hand_skip`."""
         features = backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter)
         if not self.config.hand_skip:
             return features
-        if skill in self.config.hand_skip:
-            hand = self.hand_inputs(obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])
-        else:
-            hand = features.new_zeros(len(features), HAND_INPUT_DIM)
-        return torch.cat([features, hand], dim=-1)
+        return torch.cat([features, self.hand_inputs(obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])], dim=-1)
 
     def hand_inputs(self, proprio: torch.Tensor, robot: torch.Tensor) -> torch.Tensor:
         """Padded proprio (B, ACTION_DIM) -> (B, HAND_INPUT_DIM): x, y, z, cos yaw, sin yaw, gripper, the
@@ -484,9 +480,7 @@ class ExpertLibrary(ChunkPolicy):
         return self.adapters[skill]
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.head_features(
-            self.backbone, obs, skill, self.adapter(skill)
-        )  # checks the skill first
+        features = self.head_features(self.backbone, obs, self.adapter(skill))  # checks the skill first
         return self.heads[skill](features)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
