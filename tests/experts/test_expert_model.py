@@ -150,7 +150,10 @@ def test_argument_direction_is_the_unit_vector_from_object_to_target(config):
 
     from robocoach_skills.constants import ARGUMENT_LANDMARKS, LANDMARKS, SUBTASK_ARGUMENTS
 
-    with_direction = replace(config, argument_direction=True)
+    config, with_direction = (
+        replace(config, argument_direction=False),
+        replace(config, argument_direction=True),
+    )
     assert with_direction.backbone_dim == config.backbone_dim + 2
     backbone = ExpertLibrary(with_direction, skills=("push",)).backbone
     c = len(LANDMARKS)

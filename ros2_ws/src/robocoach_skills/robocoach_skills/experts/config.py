@@ -22,7 +22,7 @@ from robocoach_skills.kinematics import HAND_POSE_DIM
 DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
 # Object xy, target xy, and each minus the gripper's (model.Backbone.argument_offsets) ...
 ARGUMENT_KEYPOINT_DIM = 8
-# ... and with `argument_direction` the unit vector from the object's keypoint to the target's.
+# ... and with `argument_direction` (default) the unit vector from the object's keypoint to the target's.
 ARGUMENT_DIRECTION_DIM = 2
 # The hand pose a head reads with `hand_skip`: x, y, z [m], cos and sin of the closing-axis yaw, gripper
 # (model.ChunkPolicy.hand_inputs).
@@ -61,16 +61,16 @@ class ExpertConfig:
     # frozen fuse layer and a rank-4 adapter alone, a pick expert trained on 100 demos put the hand
     # where the *average* cube is sideways (docs/bootstrap.md, session 13).
     keypoint_skip: bool = True
-    # Opt-in: the argument keypoints also give the unit direction from the object to the target. A push
-    # starts behind the cube on the pad's side opposite: without the direction a head must divide by
-    # the cube-pad distance to find that point, and 100-demo push experts landed on the cube instead.
-    argument_direction: bool = False
-    # Opt-in: also give every head the hand pose the proprio puts the hand at (forward kinematics), where
-    # its hand motions start from. Without it a push expert pressed its fingertips into the table and
-    # crawled at a tenth of the demos' speed; with it the push kept the demos' height and pace but
-    # still did not push (0 of 16 at 100 demos either way), and a press update got worse (docs/bootstrap.md,
-    # session 22). Not a clear gain, so off.
-    hand_skip: bool = False
+    # The argument keypoints also give the unit direction from the object to the target (for a push,
+    # which side "behind" is; for the drawer, whose target is the gripper, from the handle to the hand).
+    argument_direction: bool = True
+    # Every head also reads the hand pose the proprio puts the hand at (forward kinematics), where its
+    # hand motions start from. Alone, it kept a push expert's fingertips off the table but did not make
+    # it push, and a press update got worse (session 22). With `argument_direction`, fresh bootstraps
+    # open the drawer in 15 of 16 trials at both seeds (0 and 0 without them) and succeed on some
+    # compositions on both arms (0% without, at 3 of 3 seeds), but close and press worse at one Franka
+    # seed (docs/bootstrap.md, session 23). Libraries saved without the fields load without them.
+    hand_skip: bool = True
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r

@@ -4,10 +4,10 @@
     proprio (B,8) padded -> linear ---------------------------+-> fuse -> trunk --+
     robot_id (B,) -> embedding -------------------------------+                   |
     arguments (B,2) object/target -> embedding ---------------+                   |
-    keypoints of the arguments' landmarks (B,8; 10) -----------+-------------------+ (keypoint_skip)
+    keypoints of the arguments' landmarks, direction (B,10) --+-------------------+ (keypoint_skip)
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features (B,136; +2 argument_direction, +6 hand_skip) -> head[skill] -> deltas (B,K,C) + done logit (B,)
+    features (B,144: 128 + 10 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
