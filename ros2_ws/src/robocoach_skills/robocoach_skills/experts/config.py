@@ -66,10 +66,11 @@ class ExpertConfig:
     argument_direction: bool = True
     # Every head also reads the hand pose the proprio puts the hand at (forward kinematics), where its
     # hand motions start from. Alone, it kept a push expert's fingertips off the table but did not make
-    # it push, and a press update got worse (session 22). With `argument_direction`, fresh bootstraps
-    # open the drawer in 15 of 16 trials at both seeds (0 and 0 without them) and succeed on some
-    # compositions on both arms (0% without, at 3 of 3 seeds), but close and press worse at one Franka
-    # seed (docs/bootstrap.md, session 23). Libraries saved without the fields load without them.
+    # it push, and a press update got worse (session 22). With `argument_direction`, fresh Franka
+    # bootstraps open the drawer in 15 of 16 trials at both seeds (0 and 0 without them), and bootstraps
+    # of both arms succeed on some compositions (0% without, at 4 of 4 seeds); but the close and press
+    # got worse at one Franka seed and the PiPER drawer at both (docs/bootstrap.md, session 23).
+    # Libraries saved without the fields load without them.
     hand_skip: bool = True
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
