@@ -11,7 +11,7 @@ from robocoach_skills.composition import Subtask
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.operator import ScriptedOperator
 from robocoach_skills.sim.scene import SceneConfig, SimScene
-from robocoach_skills.skills import SKILLS, get_skill, nearest_yaw, validate_subtask
+from robocoach_skills.skills import SKILLS, _on_push_line, get_skill, nearest_yaw, validate_subtask
 from robocoach_skills.tasks import skill_instances
 
 REQUIRED = {"pick", "place", "push", "open_drawer", "close_drawer", "press_button"}
@@ -73,8 +73,6 @@ def test_a_pressed_button_is_left_from_a_pose_the_approach_never_took(fast_scene
 def test_a_push_strokes_on_from_where_the_last_stroke_left_the_hand():
     """After a stroke the fingers rest against the cube, nearer than the approach point; the hand
     strokes on from there instead of lifting and coming round again (docs/bootstrap.md)."""
-    from robocoach_skills.skills import _on_push_line
-
     cube, u, behind, push_z, tol = np.array([0.5, 0.0]), np.array([1.0, 0.0]), 0.055, 0.02, 0.02
 
     def at(x: float, y: float, z: float = push_z) -> np.ndarray:

@@ -472,6 +472,8 @@ class Push(Skill):
         cube, ee = state["objects"][name]["pos"], state["ee_pos"]
         reach = max(ctx.finger_width / 2, ctx.finger_thickness)  # closed fingers' extent ahead of the TCP
         push_z = cube[2] + ctx.tip_margin - 0.5 * ch
+        # TCP distance behind the cube's centre where a stroke starts (turned cube's corner, fingers, gap)
+        standoff = ch * math.sqrt(2) + reach + p.push_clearance
         to_goal = goal - cube[:2]
         dist = float(np.linalg.norm(to_goal))
         heading = math.atan2(to_goal[1], to_goal[0])
@@ -481,11 +483,9 @@ class Push(Skill):
         for turn in p.push_detour_turns:
             u = np.array([math.cos(heading + turn), math.sin(heading + turn)])
             stroke = min(dist, p.push_segment) if turn == 0 else p.push_detour_stroke
-            behind = cube[:2] - u * (ch * math.sqrt(2) + reach + p.push_clearance)
+            behind = cube[:2] - u * standoff
             end = cube[:2] + u * (stroke - ch - reach)
-            realign = not _on_push_line(
-                ee, cube[:2], u, np.linalg.norm(behind - cube[:2]), push_z, p.push_realign
-            )
+            realign = not _on_push_line(ee, cube[:2], u, standoff, push_z, p.push_realign)
             stroke_yaw = yaw
             if stroke_yaw is None or realign:  # choose an orientation whose palm stays clear
                 lane = nearest_yaw(math.atan2(u[1], u[0]), math.pi, ctx.natural_yaw(cube))
