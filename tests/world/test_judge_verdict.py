@@ -168,6 +168,22 @@ def test_threshold_calibration_counts_false_completions_on_failed_videos():
         calibrate(PixelJudge(), failures, VerdictConfig())
 
 
+def test_threshold_calibration_counts_an_early_switch_as_a_miss():
+    one = Composition("press", "franka", (Subtask("press_button", "red_button"),))
+    progress = np.array([0.2, 0.6, 0.9, 1.0, 1.0, 1.0], dtype=np.float32)  # completes at frame 3 (0.3 s)
+
+    def video(scores: list[float]) -> Labelled:
+        return Labelled(frames_for(scores), one, FPS, np.zeros(6, dtype=np.int64), progress, True)
+
+    # At 0.2-0.3 both videos switch at frame 2, 0.1 s before the press completes; at 0.4-0.7 only the
+    # first switches, at frame 4 (0.1 s late). An early switch leaves the press unfinished, so 0.7 wins
+    # with 1 of 2 although 0.3 comes within the 1 s tolerance on both.
+    rising, stuck = video([0.1, 0.35, 0.35, 0.75, 0.75, 0.75]), video([0.1, 0.35, 0.35, 0.35, 0.35, 0.35])
+    rule, scores = calibrate_threshold(PixelJudge(), [rising, stuck], VerdictConfig())
+    assert scores[0.3] == 0.0 and scores[0.4] == scores[0.7] == 0.5 and scores[0.8] == 0.0
+    assert rule.threshold == 0.7
+
+
 def test_deadlines_count_the_completed_subtasks_of_failed_videos():
     # The judge confirms the first press at frame 4 (5 steps) and the second at frame 7 (3 steps).
     trace = frames_for([0.1, 0.1, 0.1, 0.95, 0.95, 0.1, 0.95, 0.95])

@@ -52,7 +52,7 @@ log = logging.getLogger("robocoach.judge")
 
 DONE = 1.0  # ground-truth progress of a completed subtask
 THRESHOLD_CANDIDATES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # done thresholds calibrate_threshold tries
-SWITCH_TOLERANCE_S = 1.0  # a detected switch this close to the true one counts as right [s]
+SWITCH_TOLERANCE_S = 1.0  # a detected switch at most this long after the true one counts as right [s]
 # per_skill's counts: ground-truth completions confirmed or missed, the rest called done (false) or not
 SKILL_COLUMNS = ("completed", "confirmed", "missed", "not_completed", "false", "rejected")
 
@@ -119,9 +119,10 @@ def calibrate_threshold(
 ) -> tuple[VerdictConfig, dict[float, float]]:
     """The done threshold under which the judge's switches best match the truth on held-out videos.
 
-    Score of a threshold: ground-truth completions the judge detects within `tolerance_s` of the true
-    time (early and late detections both miss), over those completions plus the judge's false
-    completions (subtasks it calls done that never completed). Only failed videos can have false
+    Score of a threshold: ground-truth completions the judge detects at their true time or up to
+    `tolerance_s` after it, over those completions plus the judge's false completions (subtasks it
+    calls done that never completed). An early switch is a miss however close: the router then
+    leaves a subtask unfinished, which fails the trial, where a late one only costs time. Only failed videos can have false
     completions; without them a low threshold that catches every completion early enough wins, and
     the same judge then calls failed subtasks done. Ties go to the higher threshold. Returns (the
     rule with that threshold, threshold -> score).
@@ -136,7 +137,7 @@ def calibrate_threshold(
                 completion_frames(video), verdict.completed, verdict.switch_times, strict=True
             ):
                 total += frame >= 0 or judged
-                hits += frame >= 0 and judged and abs(seconds - frame / video.fps) <= tolerance_s
+                hits += frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
         scores[threshold] = hits / max(total, 1)
     best = max(candidates, key=lambda t: (scores[t], t))
     return VerdictConfig(threshold=best, consecutive=base.consecutive), scores
@@ -153,7 +154,7 @@ def calibrate(
     it on their truly completed subtasks; freeze the result with `.save(<judge>/deadlines.json)`."""
     rule, scores = calibrate_threshold(judge, videos, base)
     log.info(
-        "done threshold %s (score: switches within %s s of the truth over true + false ones: %s)",
+        "done threshold %s (score: switches 0-%s s after the truth over true + false ones: %s)",
         rule.threshold,
         SWITCH_TOLERANCE_S,
         scores,
