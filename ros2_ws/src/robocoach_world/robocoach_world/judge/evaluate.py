@@ -122,10 +122,10 @@ def calibrate_threshold(
     Score of a threshold: ground-truth completions the judge detects at their true time or up to
     `tolerance_s` after it, over those completions plus the judge's false completions (subtasks it
     calls done that never completed). An early switch is a miss however close: the router then
-    leaves a subtask unfinished, which fails the trial, where a late one only costs time. Only failed videos can have false
-    completions; without them a low threshold that catches every completion early enough wins, and
-    the same judge then calls failed subtasks done. Ties go to the higher threshold. Returns (the
-    rule with that threshold, threshold -> score).
+    leaves a subtask unfinished, which fails the trial, where a late one only costs time. Only
+    failed videos can have false completions; without them a low threshold that catches every
+    completion early enough wins, and the same judge then calls failed subtasks done. Ties go to the
+    higher threshold. Returns (the rule with that threshold, threshold -> score).
     """
     scores = {}
     for threshold in candidates:
