@@ -8,6 +8,7 @@ A step is one policy step of one trial, all world-model seeds of that trial incl
 
     source env.sh && python bench/imagination_throughput.py                  # 1 thread, 60 steps
     python bench/imagination_throughput.py --threads 2 --world-seeds 1
+    python bench/imagination_throughput.py --device cuda                     # models on a GPU
 
 Simulation and imagination are measured in alternation, `repeats` times; the median ratio is the
 result, since on a shared VM the speed of the host drifts within one run (seen here: 40-66 sim steps/s).
@@ -24,6 +25,7 @@ import torch
 import tyro
 
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.device import select_device
 from robocoach_skills.evaluation import evaluation_seeds
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
 from robocoach_skills.router import Router, RouterConfig
@@ -45,6 +47,7 @@ class Args:
     steps: int = 60  # policy steps per measurement (deadlines are set so no trial ends earlier)
     world_seeds: int = 3  # world-model noise samples per imagined trial
     threads: int = 1  # torch intra-op threads
+    device: str | None = None  # where the models run (None: select_device(), CUDA when present)
     world_dir: Path | None = None  # a trained CoachWorld checkpoint (default: WorldConfig())
     judge_dir: Path | None = None  # a trained judge directory (default: JudgeConfig())
     repeats: int = 3  # alternations of simulation and imagination; the median ratio is reported
@@ -84,15 +87,19 @@ def imagined_steps_per_s(world, judge, library, batch: int, args: Args) -> float
 def main(args: Args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    world = load_world(args.world_dir, "cpu")[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
-    judge = load_judge(args.judge_dir, "cpu")[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
+    device = select_device(args.device)
+    world = load_world(args.world_dir)[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
+    judge = load_judge(args.judge_dir)[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
     skills = sorted({s.skill for s in get_composition(args.robot, args.task).subtasks})
     library = ExpertLibrary(ExpertConfig(), skills=skills)
     plain = CoachWorld(replace(world.config, arm_sketch=False)).eval() if args.sketch_cost else None
+    for model in (world, judge, library, plain):
+        if model is not None:
+            model.to(device)
     sketch_ratios: list[float] = []
     print(
         f"{args.robot} {args.task}, {args.steps} policy steps, {args.world_seeds} world seeds per imagined "
-        f"trial, {args.threads} torch thread(s)"
+        f"trial, {args.threads} torch thread(s), models on {device}"
     )
     ratios: dict[int, list[float]] = {1: [], 64: []}
     for repeat in range(args.repeats):
