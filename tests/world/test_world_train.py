@@ -16,14 +16,10 @@ from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import get_composition
-from robocoach_world.judge.checkpoint import save_judge
-from robocoach_world.judge.model import FrameEncoder, JudgeConfig, ProgressJudge
-from robocoach_world.judge.verdict import VerdictConfig
 from robocoach_world.world.artifacts import load_world
 from robocoach_world.world.data import WindowDataset, WindowSpec, is_held_out, select_episodes
 from robocoach_world.world.evaluate import full_windows, open_loop_scores
-from robocoach_world.world.model import CoachWorld, LossConfig, WorldConfig, reader_error
-from robocoach_world.world.train import TrainConfig
+from robocoach_world.world.model import CoachWorld, LossConfig, WorldConfig
 
 torch.set_num_threads(1)  # the CPUs are shared; more threads only oversubscribe them
 
@@ -110,42 +106,6 @@ def test_tiny_model_learns_and_beats_copy_last_frame(store):
     assert np.mean(scores["joint_mae_model"]) < np.mean(scores["joint_mae_copy_last"])
 
 
-TINY_JUDGE = JudgeConfig(image_size=SIZE, channels=(8, 8), feature_dim=16, embed_dim=4, hidden_dim=8)
-
-
-def test_the_reader_loss_compares_features_and_trains_only_the_world(store):
-    """The reader term is 0 on the real frames, grows with the error, adds to the loss with its
-    weight, and its gradient reaches the world model but never the frozen reader."""
-    torch.manual_seed(0)
-    reader = FrameEncoder(TINY_JUDGE).requires_grad_(False)
-    target = torch.rand(2, 3, SIZE, SIZE, 3)
-    assert torch.allclose(reader_error(reader, target, target), torch.zeros(2, 3))
-    near, far = target + 0.02 * torch.randn_like(target), torch.rand_like(target)
-    assert (reader_error(reader, near, target) < reader_error(reader, far, target)).all()
-
-    dataset = WindowDataset([(store, i) for i in store.ids()], WindowSpec(history=2, horizon=3))
-    batch = next(iter(DataLoader(dataset, batch_size=4)))
-    model = CoachWorld(TINY)
-    with pytest.raises(ValueError, match="needs a reader"):
-        model(batch, LossConfig(reader_weight=1.0))
-    torch.manual_seed(1)
-    plain, plain_parts = model(batch, LossConfig())
-    torch.manual_seed(1)
-    total, parts = model(batch, LossConfig(reader_weight=2.0), reader)
-    assert parts["reader_mse"] > 0 and "reader_mse" not in plain_parts
-    assert total.item() == pytest.approx(plain.item() + 2.0 * parts["reader_mse"], rel=1e-5)
-    total.backward()
-    assert all(p.grad is None for p in reader.parameters())
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
-
-
-def test_a_reader_weight_and_a_reader_go_together(store):
-    with pytest.raises(ValueError, match="exactly when"):
-        TrainConfig(stores=(store.root,), loss=LossConfig(reader_weight=0.1))
-    with pytest.raises(ValueError, match="exactly when"):
-        TrainConfig(stores=(store.root,), reader=store.root)
-
-
 def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "ROBOCOACH_DEVICE": "cpu"}
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, check=False)
@@ -178,14 +138,6 @@ def test_train_and_evaluate_clis(store, tmp_path):
     assert meta["step"] == 4 and model.config.hidden_dim == 32
     again = _run([*train, *TINY_FLAGS])
     assert again.returncode != 0 and "exists" in again.stderr
-
-    judge_dir = tmp_path / "judge"
-    save_judge(judge_dir, ProgressJudge(TINY_JUDGE), VerdictConfig(), {})
-    read = _module("robocoach_world.world.train", "--stores", str(store.root), "--out", str(tmp_path / "r"))
-    read += [*train[7:], *TINY_FLAGS, "--reader", str(judge_dir), "--loss.reader-weight", "0.01"]
-    done = _run(read)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]["reader_mse"] > 0
 
     evaluate = _module("robocoach_world.world.evaluate", "--checkpoint", str(out / "checkpoint"))
     evaluate += ["--stores", str(store.root), "--out", str(out / "eval"), "--horizon", "3"]

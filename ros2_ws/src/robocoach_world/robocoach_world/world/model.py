@@ -98,10 +98,6 @@ class LossConfig:
     # frame, so plain MSE is met by copying the last frame (0: plain MSE over the frame).
     motion_weight: float = 0.0
     motion_threshold: float = 0.05  # change of a pixel (max over RGB, in [0, 1]) that counts as motion
-    # Weight of the squared error between a frozen reader's features (the judge's frame encoder) of
-    # the predicted and the real future frames: the few pixels the judge reads (a lit lamp) weigh
-    # little in the image MSE (0: off; needs a reader in `forward`).
-    reader_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -388,15 +384,9 @@ class CoachWorld(nn.Module):
 
     # ------------------------------------------------------------------ training
     def forward(
-        self, batch: dict[str, torch.Tensor], loss: LossConfig, reader: nn.Module | None = None
+        self, batch: dict[str, torch.Tensor], loss: LossConfig
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Training loss of a batch of windows (keys: `data.WINDOW_KEYS`) -> (loss, scalar parts).
-
-        reader: a frozen frame encoder ((N, S, S, 3) pixels in [0, 255] -> (N, F)) for
-        `loss.reader_weight`; required when that weight is above 0.
-        """
-        if loss.reader_weight > 0 and reader is None:
-            raise ValueError("LossConfig.reader_weight > 0 needs a reader (train.py --reader <judge dir>)")
+        """Training loss of a batch of windows (keys: `data.WINDOW_KEYS`) -> (loss, scalar parts)."""
         robot_ids = batch["robot_id"]
         th = batch["history_images"].shape[1]
         if loss.vary_history:  # observe() gets 1..Th real frames (the imagination loop starts from one)
@@ -440,23 +430,13 @@ class CoachWorld(nn.Module):
             + loss.proprio_weight * proprio_term
             + loss.kl_weight * kl_term.clamp(min=loss.free_nats)
         )
-        parts = {"image_mse": image_term.item(), "proprio_mse": proprio_term.item(), "kl": kl_term.item()}
-        if loss.reader_weight > 0:
-            reader_mse = reader_error(reader, frames.permute(0, 1, 3, 4, 2), target)  # (B, K)
-            reader_term = (reader_mse * weight).sum()
-            total = total + loss.reader_weight * reader_term
-            parts["reader_mse"] = reader_term.item()
-        return total, {"loss": total.item(), **parts}
-
-
-def reader_error(reader: nn.Module, frames: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-frame mean squared difference (B, K) of `reader`'s features of frames vs target, both
-    (B, K, S, S, 3) in [0, 1]. Gradients reach `frames` only (the reader's own weights stay frozen)."""
-    b, k, *size = frames.shape
-    with torch.no_grad():
-        real = reader(255.0 * target.reshape(b * k, *size))
-    predicted = reader(255.0 * frames.reshape(b * k, *size))
-    return ((predicted - real) ** 2).mean(-1).reshape(b, k)
+        parts = {
+            "loss": total.item(),
+            "image_mse": image_term.item(),
+            "proprio_mse": proprio_term.item(),
+            "kl": kl_term.item(),
+        }
+        return total, parts
 
 
 def motion_weighted_mse(

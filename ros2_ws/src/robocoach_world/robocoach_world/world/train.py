@@ -28,7 +28,6 @@ from tqdm import tqdm
 
 from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
-from robocoach_world.judge.checkpoint import load_judge
 from robocoach_world.world.artifacts import CHECKPOINT_DIR, save_world
 from robocoach_world.world.data import WindowDataset, WindowSpec, select_episodes
 from robocoach_world.world.evaluate import full_windows, open_loop_scores
@@ -57,8 +56,6 @@ class TrainConfig:
     window: WindowSpec = field(default_factory=WindowSpec)  # history and horizon of a window
     world: WorldConfig = field(default_factory=WorldConfig)  # model size
     loss: LossConfig = field(default_factory=LossConfig)  # objective and robustness noise
-    # a trained judge directory whose frozen frame encoder reads the frames for `loss.reader_weight`
-    reader: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.stores:
@@ -66,8 +63,6 @@ class TrainConfig:
         for name in ("steps", "batch_size", "eval_every", "eval_windows", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)!r}")
-        if (self.reader is None) != (self.loss.reader_weight == 0):
-            raise ValueError("TrainConfig: give --reader <judge dir> exactly when --loss.reader-weight > 0")
         if not 0 <= self.held_out_fraction < 1:
             raise ValueError(
                 f"TrainConfig.held_out_fraction must be in [0, 1), got {self.held_out_fraction!r}"
@@ -130,9 +125,6 @@ def train(config: TrainConfig) -> dict:
     if len(train_set) == 0:
         raise ValueError(f"no training windows in {stores}")
     model = CoachWorld(config.world).to(ctx.device)
-    reader = None
-    if config.reader is not None:
-        reader = load_judge(config.reader, ctx.device)[0].encoder.requires_grad_(False)
     ddp = ctx.wrap(model)
     loader = ctx.train_loader(
         train_set,
@@ -153,7 +145,7 @@ def train(config: TrainConfig) -> dict:
     batches = _batches(loader, ctx.device)
     step = 0
     while step < config.steps:
-        loss, parts = ddp(next(batches), config.loss, reader)
+        loss, parts = ddp(next(batches), config.loss)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -199,8 +191,7 @@ def _stop_all(ctx: DistributedContext, out_of_time: bool) -> bool:
 
 def _summary(curves: list[dict], steps: int, seconds: float, n_train: int, n_val: int) -> dict:
     tail = curves[-min(50, len(curves)) :]
-    keys = [k for k in ("loss", "image_mse", "proprio_mse", "kl", "reader_mse") if k in tail[0]]
-    metrics = {k: float(np.mean([r[k] for r in tail])) for k in keys}
+    metrics = {k: float(np.mean([r[k] for r in tail])) for k in ("loss", "image_mse", "proprio_mse", "kl")}
     evals = [r for r in curves if "val_psnr_model" in r]
     if evals:
         metrics |= {k: v for k, v in evals[-1].items() if k.startswith("val_")}
