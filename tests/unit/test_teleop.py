@@ -100,7 +100,9 @@ def test_cartesian_driver_moves_the_hand_by_the_requested_step():
 def test_request_resolves_to_its_subtask_and_seeds():
     target = resolve_request(_request(), "piper")
     assert target.index == 1 and target.demo_composition.subtasks == (Subtask("place", "red_cube", "bin"),)
-    assert [target.seed(k) for k in range(3)] == [4, 9, 4]
+    fresh = [target.seed(k) for k in range(2, 6)]  # each site once, then new states, alike on every station
+    assert [target.seed(k) for k in range(2)] == [4, 9] and len({4, 9, *fresh}) == 6
+    assert fresh == [resolve_request(_request(), "piper").seed(k) for k in range(2, 6)]
     line = describe(target, accepted=1)
     assert "place(red_cube, bin)" in line and "subtask 2/2 of pick_place_bin" in line and "41%" in line
     assert "1/2 accepted" in line

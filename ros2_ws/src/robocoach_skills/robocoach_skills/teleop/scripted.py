@@ -2,8 +2,8 @@
 
 `ScriptedSession.collect` has the signature of `session.DemoSession.collect`, so one station node
 serves either, and the coach cannot tell a scripted station from a human one. Demo slot k of a
-request starts from the request's k-th initial-state seed (`DemoTarget.seed`: the seeds where
-failures concentrate, cycled); `ScriptedOperator.demo_subtask` records the take on the station's
+request starts from the request's k-th initial-state seed (`DemoTarget.seed`: each seed where
+failures concentrate once, then fresh ones); `ScriptedOperator.demo_subtask` records the take on the station's
 own SimScene, and the simulator's ground truth judges it. A failed take is discarded with its
 reason, as a person throws away a bad take, and the same initial state is tried again with fresh
 hand randomness, up to `max_takes_per_demo` times, before the session moves on to the next slot.

@@ -129,13 +129,16 @@ class DemoTarget:
         return Composition(name, self.composition.robot, (subtask,), held_out=self.composition.held_out)
 
     def seed(self, take: int) -> int:
-        """Initial-state seed of take `take`: the requested seeds in turn (where failures concentrate).
+        """Initial-state seed of take `take`: each requested seed (where failures concentrate) once,
+        then fresh seeds of the same composition.
 
-        A request without seeds gets seeds drawn from its id, so every station, and a restarted
-        one, demonstrates the same initial states for it while different requests get different ones.
+        Replaying a few seeds would record near-copies of one demo (25 demos from 3 initial states
+        taught the press one scene, docs/results.md, session 25); a person at a real arm never sets a
+        scene up twice the same either. Fresh seeds are drawn from the request id, so every station,
+        and a restarted one, demonstrates the same initial states for it.
         """
         seeds = self.request.seeds
-        return int(seeds[take % len(seeds)]) if seeds else stable_seed(self.request.request_id, take)
+        return int(seeds[take]) if take < len(seeds) else stable_seed(self.request.request_id, take)
 
 
 def stable_seed(*parts: object) -> int:

@@ -12,7 +12,9 @@ integer demo counts summing to the budget; they are chosen by name (`AllocationC
 >>> ALLOCATORS["proportional"]([0.5, 0.3, 0.2], 11, AllocationConfig())   # quotas 5.5, 3.3, 2.2
 [6, 3, 2]
 
-Each pair's demos start from the initial states where its failures concentrate, cycled in order.
+Each pair's demos are spread over the compositions of the initial states where its failures
+concentrate (those sites cycled in order); a station demonstrates each site once, then fresh initial
+states of the same composition (`teleop.session.DemoTarget.seed`).
 """
 
 from __future__ import annotations
