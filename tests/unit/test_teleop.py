@@ -11,9 +11,12 @@ from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.sim.arms import get_arm
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.teleop.scripted import ScriptedSession, ScriptedSessionConfig
 from robocoach_skills.teleop.session import (
     DemoRequestSpec,
     RequestRejectedError,
+    TakeResult,
     bag_path,
     describe,
     export_missing_bags,
@@ -106,6 +109,37 @@ def test_request_resolves_to_its_subtask_and_seeds():
     line = describe(target, accepted=1)
     assert "place(red_cube, bin)" in line and "subtask 2/2 of pick_place_bin" in line and "41%" in line
     assert "1/2 accepted" in line
+
+
+@pytest.mark.parametrize(("bad_seed", "tried"), [(4, 4), (None, 8)])
+def test_a_slot_that_spends_its_takes_gives_way_to_a_fresh_initial_state(tmp_path, bad_seed, tried):
+    """Seed 4 never gives an accepted take: its slot gives way to the next seed, so the count is met.
+    Where every take fails, the session stops after as many extra slots as the request wanted."""
+    scene = SimScene(SceneConfig(robot="piper"))
+    size = scene.config.image_size
+    store = EpisodeStore.create(
+        tmp_path / "store", StoreInfo(fps=scene.config.policy_hz, image_size=(size, size))
+    )
+    session = ScriptedSession(scene, store, ScriptedSessionConfig(max_takes_per_demo=2))
+    target = resolve_request(_request(), "piper")  # count 2, seeds (4, 9)
+    seeds: list[int] = []
+
+    def take(target, slot, take, seed) -> TakeResult:
+        seeds.append(seed)
+        return TakeResult(
+            episode=None, accepted=bad_seed is not None and seed != bad_seed, seed=seed, duration=0.0
+        )
+
+    session._take = take
+    results = session.collect(target, on_status=lambda text, accepted: None, canceled=lambda: False)
+    scene.close()
+    assert len(seeds) == tried and seeds[:3] == [4, 4, 9]
+    if bad_seed is not None:
+        assert seeds == [4, 4, 9, target.seed(2)] and sum(r.accepted for r in results) == 2
+    else:
+        assert seeds == [s for k in range(4) for s in [target.seed(k)] * 2] and not any(
+            r.accepted for r in results
+        )
 
 
 @pytest.mark.parametrize(

@@ -76,22 +76,29 @@ class ScriptedSession:
     def collect(
         self, target: DemoTarget, on_status: OnStatus, canceled: CancelCheck, on_take: OnTake | None = None
     ) -> list[TakeResult]:
-        """Record takes until every demo slot not filled already (`target.done`) has an accepted take or
-        has spent its takes.
+        """Record takes until the request's count is accepted (`target.done` of it already stored).
 
+        A demo slot retakes its initial state up to `max_takes_per_demo` times; a slot that spends
+        them is replaced by one more slot on the next seed (`DemoTarget.seed`: a fresh initial state
+        once the request's seeds are used), at most as many extra slots as the request still wants,
+        so a matched demo budget is met wherever the scene allows it.
         `on_status(text, accepted_so_far)` is called before every take, `on_take` after it; raises
         TakeCanceledError when `canceled()` is true between takes (a take lasts seconds).
         """
         results: list[TakeResult] = []
         accepted, count = target.done, target.request.count
-        for slot in range(target.done, count):
+        for slot in range(target.done, 2 * count - target.done):
+            if accepted >= count:
+                break
             seed = target.seed(slot)
             for take in range(self.config.max_takes_per_demo):
                 if results:
                     time.sleep(self.config.reset_pause_s)
                 if canceled():
                     raise TakeCanceledError
-                on_status(f"demo {slot + 1}/{count}, take {take + 1}: seed {seed}", accepted)
+                on_status(
+                    f"demo {accepted + 1}/{count} (slot {slot + 1}), take {take + 1}: seed {seed}", accepted
+                )
                 result = self._take(target, slot, take, seed)
                 results.append(result)
                 accepted += result.accepted
