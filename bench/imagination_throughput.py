@@ -88,8 +88,8 @@ def main(args: Args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = select_device(args.device)
-    world = load_world(args.world_dir)[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
-    judge = load_judge(args.judge_dir)[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
+    world = load_world(args.world_dir, device)[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
+    judge = load_judge(args.judge_dir, device)[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
     skills = sorted({s.skill for s in get_composition(args.robot, args.task).subtasks})
     library = ExpertLibrary(ExpertConfig(), skills=skills)
     plain = CoachWorld(replace(world.config, arm_sketch=False)).eval() if args.sketch_cost else None
