@@ -132,6 +132,27 @@ def test_evaluation_cli_calibrates_deadlines_once_and_reports(corpus, trained):
     assert report["video"].startswith("imagined by") and report["results"]["all"]["episodes"] == len(episodes)
 
 
+def test_a_world_adds_one_imagined_twin_per_training_episode_and_validation_stays_real(corpus, tmp_path):
+    save_world(tmp_path / "world", CoachWorld(WorldConfig(image_size=SIZE, channels=(8, 16))), {"metrics": {}})
+    config = TrainConfig(
+        stores=[corpus],
+        out=tmp_path / "judge",
+        epochs=1,
+        val_every=VAL_EVERY,
+        device="cpu",
+        show_progress=False,
+        judge=TINY_JUDGE,
+        world=tmp_path / "world",
+    )
+    _, metrics = train(config)
+    train_eps, val_eps = split_episodes(load_episodes([corpus]), VAL_EVERY)
+    assert metrics["train_episodes"] == metrics["imagined_twins"] == len(train_eps)
+    assert metrics["train_frames"] == 2 * sum(len(e) for e in train_eps)
+    real_val = SegmentDataset(val_eps, ProgressJudge(TINY_JUDGE), SegmentConfig(augment=False))
+    assert metrics["val_segments"] == len(real_val)
+    assert load_judge(config.out)[2]["metrics"]["train_config"]["world"] == str(tmp_path / "world")
+
+
 def test_train_cli_help_runs():
     run = subprocess.run(
         [sys.executable, "-m", "robocoach_world.judge.train", "--help"],

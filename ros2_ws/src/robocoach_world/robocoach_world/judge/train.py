@@ -8,8 +8,12 @@ of the judged progress against the soft ground-truth progress, plus that of the 
 "progress reached 1", averaged over real frames. With `--prior`, the frame encoder first learns
 where the landmarks (cubes, buttons, bin, pad, drawer handle, gripper) are and which lamps are lit,
 on robot-free renders of each arm's workspace: the experts' perception prior (`experts.perception`),
-so that a few hundred episodes teach progress, not vision (measured in docs/benchmarks.md). Writes
-`<out>/checkpoint` (see judge.checkpoint), `<out>/metrics.json` and `<out>/curves.png`.
+so that a few hundred episodes teach progress, not vision (measured in docs/benchmarks.md). With
+`--world <CoachWorld checkpoint>`, every training episode is also seen as that world model imagines
+it (`world.evaluate.imagined_twin`: its own actions replayed open loop from its first frame, under
+the simulator's labels of what they did), so the judge learns to read the video it diagnoses in
+imagination; validation stays real. Writes `<out>/checkpoint` (see judge.checkpoint),
+`<out>/metrics.json` and `<out>/curves.png`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from robocoach_world.judge.data import (
 )
 from robocoach_world.judge.model import DONE, PROGRESS, JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import VerdictConfig
+from robocoach_world.world.artifacts import load_world
+from robocoach_world.world.evaluate import imagined_twin
 
 matplotlib.use("Agg")
 
@@ -74,6 +80,7 @@ class TrainConfig:
     prior: bool = False  # learn the frame encoder's landmark prior first (see the module docstring)
     perception: PerceptionConfig = field(default_factory=PerceptionConfig)  # that prior's renders and steps
     freeze_encoder: bool = False  # with the prior: train only what reads the encoder's features
+    world: Path | None = None  # CoachWorld checkpoint: also train on its imagined twins (module docstring)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_segments < 1 or self.val_every < 2:
@@ -88,6 +95,16 @@ def split_episodes(episodes: list[Episode], val_every: int) -> tuple[list[Episod
     val = [e for k, e in enumerate(episodes) if k % val_every == val_every - 1]
     train = [e for k, e in enumerate(episodes) if k % val_every != val_every - 1]
     return train, val
+
+
+def imagined_twins(
+    episodes: list[Episode], world_dir: Path, device: torch.device, show: bool = True
+) -> list[Episode]:
+    """Each episode as the CoachWorld at `world_dir` imagines it (generation seed 0, so every DDP rank
+    imagines the same twins and nothing needs exchanging)."""
+    world, _ = load_world(world_dir, device)
+    bar = tqdm(episodes, desc="imagined twins", unit="episode", disable=not show)
+    return [imagined_twin(world, episode) for episode in bar]
 
 
 def masked_loss(
@@ -192,6 +209,11 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
     train_eps, val_eps = split_episodes(load_episodes(config.stores), config.val_every)
     if not train_eps or not val_eps:
         raise ValueError(f"stores {config.stores} hold too few episodes to split 1 in {config.val_every}")
+    real_train = len(train_eps)
+    if config.world is not None:
+        train_eps = train_eps + imagined_twins(
+            train_eps, config.world, ctx.device, show=config.show_progress and ctx.is_main
+        )
     prior: dict[str, float] = {}
     if config.prior and ctx.is_main:  # DDP starts every rank from rank 0's weights
         robots = sorted({e.composition.robot for e in train_eps})
@@ -236,6 +258,8 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
         "train_segments": len(train_set),
         "val_segments": len(val_set),
         "train_frames": int(sum(len(e) for e in train_eps)),
+        "train_episodes": real_train,
+        "imagined_twins": len(train_eps) - real_train,
         "epochs": config.epochs,
         "world_size": ctx.world_size,
         "wall_s": time.perf_counter() - started,
