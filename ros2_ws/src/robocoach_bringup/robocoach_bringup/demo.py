@@ -48,6 +48,7 @@ class Profile:
     world_steps: int  # CoachWorld training steps (600 never imagine the drawer opening: docs/world.md)
     judge_epochs: int  # judge training epochs (6 left it a clock on the expert rollouts: docs/bootstrap.md)
     judge_prior: bool  # pretrain the judge's frame encoder on the landmark prior (judge.train --prior)
+    judge_on_imagined: bool  # also train the judge on CoachWorld's imagined twins of its episodes (--world)
     demo_budget: int  # coaching demos per arm
     demos_per_round: int  # coaching demos per round
     imagined_rollouts: int  # imagined trials per composition (coach and evaluation)
@@ -63,14 +64,14 @@ PROFILES = {
     "default": Profile(
         demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
         corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=1,
-        world_steps=3000, judge_epochs=40, judge_prior=False,
+        world_steps=3000, judge_epochs=40, judge_prior=True, judge_on_imagined=True,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
     ),
     "quick": Profile(
         demos_per_skill=3, train_steps=300, perception_frames=300, perception_steps=200, eval_rollouts=2,
         corpus_per_use=1, corpus_per_composition=0, rollouts_per_composition=1, calibration_rollouts=0,
-        world_steps=60, judge_epochs=1, judge_prior=False,
+        world_steps=60, judge_epochs=1, judge_prior=False, judge_on_imagined=True,
         demo_budget=4, demos_per_round=2, imagined_rollouts=8, initial_states=2,
         horizon=60, adapter_steps=20, eval_compositions=2,
     ),

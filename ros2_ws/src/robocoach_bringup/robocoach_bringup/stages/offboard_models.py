@@ -7,7 +7,9 @@
    smaller set from other seeds is held out of training for step 4.
    Steps 1-2 run one process per arm, side by side (rendering is the cost), each arm into its own
    stores so that episode order, and with it the judge's validation split, does not depend on timing.
-3. CoachWorld trained on bootstrap demos + corpus + rollouts; the judge on corpus + rollouts.
+3. CoachWorld trained on bootstrap demos + corpus + rollouts; the judge on corpus + rollouts, and
+   (`Profile.judge_on_imagined`) on that CoachWorld's imagined twins of them, so that it reads the
+   video it will diagnose in imagination.
 4. The judge's done threshold and per-(arm, skill) deadlines calibrated on the bootstrap demos and
    the held-out rollouts, none of which it trained on, then frozen to <judge>/deadlines.json. The
    rollouts add false completions to the threshold's score and the experts' own (slower) subtask
@@ -83,8 +85,9 @@ def run(config, results: dict) -> dict:
     judge_metrics = {}
     if not (paths.judge / DEADLINES_FILE).exists():
         judge_config = JudgeTrainConfig(
-            stores=recorded, out=paths.judge, epochs=profile.judge_epochs, prior=profile.judge_prior
-        )
+            stores=recorded, out=paths.judge, epochs=profile.judge_epochs, prior=profile.judge_prior,
+            world=paths.world if profile.judge_on_imagined else None,
+        )  # fmt: skip
         judge, judge_metrics = train_judge(judge_config)
         bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
         videos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
