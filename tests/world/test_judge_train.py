@@ -133,7 +133,8 @@ def test_evaluation_cli_calibrates_deadlines_once_and_reports(corpus, trained):
 
 
 def test_a_world_adds_one_imagined_twin_per_training_episode_and_validation_stays_real(corpus, tmp_path):
-    save_world(tmp_path / "world", CoachWorld(WorldConfig(image_size=SIZE, channels=(8, 16))), {"metrics": {}})
+    world = CoachWorld(WorldConfig(image_size=SIZE, channels=(8, 16)))
+    save_world(tmp_path / "world", world, {"metrics": {}})
     config = TrainConfig(
         stores=[corpus],
         out=tmp_path / "judge",
