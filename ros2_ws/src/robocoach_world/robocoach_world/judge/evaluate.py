@@ -30,7 +30,6 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from robocoach_skills import measures
 from robocoach_skills.composition import Composition
@@ -45,8 +44,7 @@ from robocoach_world.judge.verdict import (
     calibrate_deadlines,
     judge_episode,
 )
-from robocoach_world.world.artifacts import load_world
-from robocoach_world.world.evaluate import imagined_twin
+from robocoach_world.world.evaluate import imagined_twins
 
 log = logging.getLogger("robocoach.judge")
 
@@ -339,8 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     verdict_config = deadlines.verdict_config(verdict_config)
     videos = load_episodes(args.stores)
     if args.world is not None:
-        world, _ = load_world(args.world, device)
-        videos = [imagined_twin(world, v) for v in tqdm(videos, desc="imagined twins", unit="episode")]
+        videos = imagined_twins(videos, args.world, device)
     results = evaluate_judge(judge, videos, deadlines, verdict_config)
     print(format_table(results))
     out = args.out or args.judge / ("evaluation.json" if args.world is None else "evaluation_imagined.json")

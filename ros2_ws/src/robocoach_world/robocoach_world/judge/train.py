@@ -51,8 +51,7 @@ from robocoach_world.judge.data import (
 )
 from robocoach_world.judge.model import DONE, PROGRESS, JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import VerdictConfig
-from robocoach_world.world.artifacts import load_world
-from robocoach_world.world.evaluate import imagined_twin
+from robocoach_world.world.evaluate import imagined_twins
 
 matplotlib.use("Agg")
 
@@ -95,16 +94,6 @@ def split_episodes(episodes: list[Episode], val_every: int) -> tuple[list[Episod
     val = [e for k, e in enumerate(episodes) if k % val_every == val_every - 1]
     train = [e for k, e in enumerate(episodes) if k % val_every != val_every - 1]
     return train, val
-
-
-def imagined_twins(
-    episodes: list[Episode], world_dir: Path, device: torch.device, show: bool = True
-) -> list[Episode]:
-    """Each episode as the CoachWorld at `world_dir` imagines it (generation seed 0, so every DDP rank
-    imagines the same twins and nothing needs exchanging)."""
-    world, _ = load_world(world_dir, device)
-    bar = tqdm(episodes, desc="imagined twins", unit="episode", disable=not show)
-    return [imagined_twin(world, episode) for episode in bar]
 
 
 def masked_loss(
@@ -210,7 +199,7 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
     if not train_eps or not val_eps:
         raise ValueError(f"stores {config.stores} hold too few episodes to split 1 in {config.val_every}")
     real_train = len(train_eps)
-    if config.world is not None:
+    if config.world is not None:  # seeded twins: every DDP rank imagines the same, nothing to exchange
         train_eps = train_eps + imagined_twins(
             train_eps, config.world, ctx.device, show=config.show_progress and ctx.is_main
         )

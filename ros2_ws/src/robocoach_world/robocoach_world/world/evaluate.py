@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import tyro
 from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
 
 from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS, pad, robot_id
 from robocoach_skills.checkpoint import jsonable
@@ -122,6 +123,16 @@ def imagined_twin(model: CoachWorld, episode: Episode, seed: int = 0) -> Episode
         _, frames, _ = model.imagine(state, actions, ids, torch.Generator().manual_seed(seed))
         images = np.concatenate([images, frames[0].cpu().numpy()])
     return replace(episode, images=images)
+
+
+def imagined_twins(
+    episodes: list[Episode], world_dir: Path, device: str | torch.device | None = None, show: bool = True
+) -> list[Episode]:
+    """`imagined_twin` of each episode by the CoachWorld at `world_dir` (generation seed 0, so every
+    process, e.g. each DDP rank, imagines the same twins), with a progress bar when `show`."""
+    world, _ = load_world(world_dir, device)
+    bar = tqdm(episodes, desc="imagined twins", unit="episode", disable=not show)
+    return [imagined_twin(world, episode) for episode in bar]
 
 
 @torch.no_grad()
