@@ -23,21 +23,20 @@ from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.device import select_device
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
-from robocoach_skills.measures import budget_auc, first_failure_agreement, subtask_completion, wilson_interval
+from robocoach_skills.measures import budget_auc, wilson_interval
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import held_out_compositions, training_compositions
-from robocoach_world.coach.plots import plot_imagined_vs_deployed, plot_success_per_round
+from robocoach_world.coach.plots import plot_success_per_round
 from robocoach_world.coach.state import CoachState
+from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.nodes.coach import STATE_FILE
 from robocoach_world.world.artifacts import load_world
 
 TORCH_THREADS = 1
-# fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure
-FIDELITY_LABELS = {"success": "success", "completion": "subtask completion"}
 
 
 def checkpoints(output: Path, robot: str, skills: list[str]) -> list[tuple[int, dict[str, int]]]:
@@ -90,30 +89,8 @@ def evaluate_arm(
                 imagination, versions=versions, initial_seeds=seeds,
                 verdict=verdict,
             )  # fmt: skip
-            valid = [t.record for t in trials if t.record.valid]
             first_deployed = [t.ground_truth["first_failed"] for t in deployed.trials]
-            deployed_of_seed = dict(zip(seeds, first_deployed, strict=True))
-            n_subtasks = len(composition.subtasks)
-            first_imagined = [r.first_failed_index for r in valid]
-            rows.append(
-                {
-                    "robot": robot,
-                    "budget": budget,
-                    "composition": composition.name,
-                    "held_out": composition.held_out,
-                    "deployed_success": deployed.success_rate,
-                    "deployed_trials": len(deployed.trials),
-                    "deployed_first_failed": first_deployed,
-                    "deployed_completion": subtask_completion(first_deployed, n_subtasks),
-                    "imagined_success": (sum(r.success for r in valid) / len(valid)) if valid else None,
-                    "imagined_completion": subtask_completion(first_imagined, n_subtasks) if valid else None,
-                    "imagined_valid": len(valid),
-                    "imagined_trials": len(trials),
-                    "imagined_first_failed": first_imagined,
-                    # the deployed first failure from each valid imagined trial's initial state
-                    "paired_deployed_first_failed": [deployed_of_seed[r.seed] for r in valid],
-                }
-            )
+            rows.append(pair_row(composition, seeds, first_deployed, trials, robot=robot, budget=budget))
             bar.update()
     bar.close()
     scene.close()
@@ -180,31 +157,8 @@ def _plots(rows: list[dict], output: Path) -> dict:
         for r in sorted((r for r in rows if r["robot"] == robot), key=lambda r: r["budget"]):
             per_comp.setdefault(r["composition"], []).append(r["deployed_success"])
         files.append(plot_success_per_round(per_comp, output / f"success_{robot}.png").name)
-    fidelity = {}
-    for measure in FIDELITY_LABELS:
-        stats = _fidelity(rows, measure, output / f"imagined_vs_deployed_{measure}.png")
-        if stats is not None:
-            fidelity[measure] = stats
-            files.append(Path(stats.pop("path")).name)
-    # how often an imagined trial failed first where its initial state's deployed trial did
-    deployed = [f for r in rows for f in r["paired_deployed_first_failed"]]
-    imagined = [f for r in rows for f in r["imagined_first_failed"]]
-    agreement = first_failure_agreement(deployed, imagined) if imagined else None
-    return {"files": files, "fidelity": fidelity, "first_failure_agreement": agreement}
-
-
-def _fidelity(rows: list[dict], measure: str, path: Path) -> dict | None:
-    """Imagined vs deployed `measure` over the (composition, checkpoint) pairs imagination could judge."""
-    pairs = [r for r in rows if r[f"imagined_{measure}"] is not None]
-    if len(pairs) < 3:
-        return None
-    key = lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}"  # noqa: E731
-    return plot_imagined_vs_deployed(
-        {key(r): r[f"imagined_{measure}"] for r in pairs},
-        {key(r): r[f"deployed_{measure}"] for r in pairs},
-        path,
-        measure=FIDELITY_LABELS[measure],
-    )
+    measures = fidelity_measures(rows, output, key=lambda r: f"{r['robot']}:{r['composition']}@{r['budget']}")
+    return {**measures, "files": files + measures["files"]}
 
 
 def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
@@ -212,18 +166,6 @@ def _markdown(rows: list[dict], summary: dict, plots: dict) -> str:
     for robot, arm in summary["per_arm"].items():
         for b, s, h in zip(arm["budgets"], arm["training_success"], arm["held_out_success"], strict=True):
             lines.append(f"| {robot} | {b} | {s:.0%} | {h:.0%} |")
-    for measure, fidelity in plots["fidelity"].items():
-        lines += [
-            "",
-            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {fidelity['pairs']} (composition, "
-            f"checkpoint) pairs: Spearman {fidelity['spearman']:.3f}, Pearson {fidelity['pearson']:.3f}, "
-            f"MMRV {fidelity['mmrv']:.3f}.",
-        ]
-    if plots["first_failure_agreement"] is not None:
-        lines += [
-            "",
-            f"The first failed subtask of an imagined trial is the deployed trial's from the same initial "
-            f"state in {plots['first_failure_agreement']:.0%} of valid imagined trials.",
-        ]
+    lines += fidelity_markdown(plots)
     lines += ["", " ".join(f"![{f}]({f})" for f in plots["files"])]
     return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""Imagined vs deployed, per task-policy pair and over all of them (issue 5's fidelity measures).
+
+A pair is one composition run by one policy checkpoint, deployed from a set of initial states and
+imagined from the same ones. `pair_row` turns both sides into one row; `fidelity_measures` gives
+Spearman, Pearson and MMRV of imagined vs deployed success and subtask completion over the rows (with
+a scatter plot each), and the first-failure agreement of paired trials. The main job's evaluation
+stage and `robocoach fidelity` (over a finished experiment) both report through these two.
+
+    row = pair_row(composition, seeds, deployed_first_failed, trials, robot="franka", policy="round 1")
+    measures = fidelity_measures(rows, out_dir, key=lambda r: f"{r['robot']}:{r['composition']}")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from robocoach_skills.composition import Composition
+from robocoach_skills.measures import first_failure_agreement, subtask_completion
+from robocoach_world.coach.plots import plot_imagined_vs_deployed
+from robocoach_world.imagine import ImaginedTrial
+
+# fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure
+FIDELITY_LABELS = {"success": "success", "completion": "subtask completion"}
+MIN_PAIRS = 3  # fewer pairs than this carry no rank correlation worth reporting
+
+
+def pair_row(
+    composition: Composition,
+    seeds: Sequence[int],
+    deployed_first_failed: Sequence[int],
+    trials: Sequence[ImaginedTrial],
+    **labels,
+) -> dict:
+    """One task-policy pair: deployed trials (one per seed, first failed subtask, -1 for a success)
+    against the imagined trials from the same seeds; `labels` (robot, checkpoint, ...) are kept as given.
+
+    Imagined measures are over valid trials only (world seeds agreed), None where there are none.
+    """
+    if len(seeds) != len(deployed_first_failed):
+        raise ValueError(f"{len(seeds)} seeds but {len(deployed_first_failed)} deployed trials")
+    n_subtasks = len(composition.subtasks)
+    deployed = [int(f) for f in deployed_first_failed]
+    deployed_of_seed = dict(zip(seeds, deployed, strict=True))
+    valid = [t.record for t in trials if t.record.valid]
+    imagined = [r.first_failed_index for r in valid]
+    return {
+        **labels,
+        "composition": composition.name,
+        "held_out": composition.held_out,
+        "deployed_success": float(np.mean([f < 0 for f in deployed])),
+        "deployed_trials": len(deployed),
+        "deployed_first_failed": deployed,
+        "deployed_completion": subtask_completion(deployed, n_subtasks),
+        "imagined_success": float(np.mean([f < 0 for f in imagined])) if valid else None,
+        "imagined_completion": subtask_completion(imagined, n_subtasks) if valid else None,
+        "imagined_valid": len(valid),
+        "imagined_trials": len(trials),
+        "imagined_first_failed": imagined,
+        # the deployed first failure from each valid imagined trial's initial state
+        "paired_deployed_first_failed": [deployed_of_seed[r.seed] for r in valid],
+    }
+
+
+def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], str]) -> dict:
+    """{"fidelity": {measure: Spearman, Pearson, MMRV, pairs}, "first_failure_agreement", "files"}.
+
+    A measure is left out where fewer than MIN_PAIRS rows could be judged in imagination; `key` names
+    a row's pair in the plots. The plots are written to `output` as imagined_vs_deployed_<measure>.png.
+    """
+    fidelity, files = {}, []
+    for measure, label in FIDELITY_LABELS.items():
+        pairs = [r for r in rows if r[f"imagined_{measure}"] is not None]
+        if len(pairs) < MIN_PAIRS:
+            continue
+        stats = plot_imagined_vs_deployed(
+            {key(r): r[f"imagined_{measure}"] for r in pairs},
+            {key(r): r[f"deployed_{measure}"] for r in pairs},
+            Path(output) / f"imagined_vs_deployed_{measure}.png",
+            measure=label,
+        )
+        files.append(Path(stats.pop("path")).name)
+        fidelity[measure] = stats
+    deployed = [f for r in rows for f in r["paired_deployed_first_failed"]]
+    imagined = [f for r in rows for f in r["imagined_first_failed"]]
+    agreement = first_failure_agreement(deployed, imagined) if imagined else None
+    return {"fidelity": fidelity, "first_failure_agreement": agreement, "files": files}
+
+
+def fidelity_markdown(measures: dict, pair: str = "(composition, checkpoint)") -> list[str]:
+    """The measures as report lines."""
+    lines = []
+    for measure, stats in measures["fidelity"].items():
+        lines += [
+            "",
+            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {stats['pairs']} {pair} pairs: "
+            f"Spearman {stats['spearman']:.3f}, Pearson {stats['pearson']:.3f}, MMRV {stats['mmrv']:.3f}.",
+        ]
+    if measures["first_failure_agreement"] is not None:
+        lines += [
+            "",
+            f"The first failed subtask of an imagined trial is the deployed trial's from the same initial "
+            f"state in {measures['first_failure_agreement']:.0%} of valid imagined trials.",
+        ]
+    return lines
