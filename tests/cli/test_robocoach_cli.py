@@ -20,7 +20,16 @@ def robocoach(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
 def test_help_lists_subcommands():
     result = robocoach("--help")
     assert result.returncode == 0
-    assert all(name in result.stdout for name in ("demo", "experiment", "probe", "detector-check"))
+    assert all(
+        name in result.stdout for name in ("demo", "experiment", "fidelity", "probe", "detector-check")
+    )
+
+
+def test_fidelity_of_an_unfinished_experiment_says_what_to_run_first(tmp_path):
+    result = robocoach("fidelity", "--experiment", str(tmp_path))
+    assert result.returncode != 0
+    said = " ".join((result.stdout + result.stderr).replace("│", " ").split())  # unwrap tyro's box
+    assert "has no experiment.json: run `robocoach experiment --output" in said
 
 
 def test_a_probe_of_a_missing_subtask_names_the_composition_s_subtasks(tmp_path):

@@ -6,7 +6,7 @@ The checks are the issue's: every subtask-demo method consumed the same number o
 budget in demo frames (each round's share reached, overshot by less than its last demo, whole-task
 demos round-robin over the training compositions from seeds apart from the evaluation seeds), every
 method was evaluated from the same initial states, and a finished experiment is read back rather than
-redone.
+redone. `robocoach fidelity` then imagines every modular checkpoint of it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from offboard_models import write_offboard_models
 from robocoach_bringup.experiment import PROFILES, ExperimentConfig, run_experiment
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
+from robocoach_world.experiment.fidelity import FidelityConfig, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 
 pytestmark = pytest.mark.slow
@@ -118,3 +119,32 @@ def test_a_finished_experiment_is_read_back_not_rerun(experiment):
     again = run_experiment(config)
     assert time.perf_counter() - start < 30  # only plots and the report are redone
     assert again["runs"] == json.loads(json.dumps(result["runs"]))  # as result.json holds them
+
+
+def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):
+    config, result = experiment
+    fidelity = FidelityConfig(experiment=config.output, rollouts=2)
+    first = run_fidelity(fidelity)
+    settings, _ = PROFILES["reduced"]
+    compositions = [*settings.training, *settings.held_out]
+    modular = [r for r in result["runs"] if METHODS[r["method"]].policy == PolicyKind.MODULAR]
+    rounds = settings.budget // settings.demos_per_round
+    # the bootstrap (budget 0) once, then every modular run's coached checkpoints
+    assert first["checkpoints"] == 1 + len(modular) * rounds
+    assert len(first["rows"]) == first["checkpoints"] * len(compositions)
+    for run in modular:
+        for checkpoint in run["checkpoints"][1:]:
+            label = f"{run['method']}/seed{run['seed']}@{checkpoint['demos']}"
+            mine = {r["composition"]: r for r in first["rows"] if r["policy"] == label}
+            assert sorted(mine) == sorted(compositions)
+            for name, row in mine.items():
+                assert row["deployed_first_failed"] == checkpoint["first_failed"][name]
+                assert row["imagined_trials"] == 2 and row["demos"] == checkpoint["demos"]
+    start = [r for r in first["rows"] if r["policy"] == "start"]
+    assert len(start) == len(compositions) and all(r["demos"] == 0 for r in start)
+    assert (fidelity.out_dir / "fidelity.md").exists() and (fidelity.out_dir / "fidelity.json").exists()
+    # imagined checkpoints are kept: a second call reads them back and imagines nothing
+    stamps = {p: p.stat().st_mtime_ns for p in (fidelity.out_dir / "rows").iterdir()}
+    again = run_fidelity(fidelity)
+    assert again["rows"] == first["rows"]
+    assert {p: p.stat().st_mtime_ns for p in (fidelity.out_dir / "rows").iterdir()} == stamps

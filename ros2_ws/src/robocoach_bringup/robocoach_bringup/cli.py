@@ -3,6 +3,7 @@
 robocoach demo --quick          # the main job, small profile
 robocoach demo --help           # every option with its default
 robocoach experiment --profile reduced --run runs/quick1   # the matched-budget comparison
+robocoach fidelity --experiment runs/experiment            # imagine its checkpoints: imagined vs deployed
 robocoach probe --experts runs/demo/experts --task press_push --subtask 0   # one expert, n fresh demos
 robocoach detector-check --experts runs/demo/experts --judge runs/demo/judge   # where detectors switch
 """
@@ -17,6 +18,7 @@ import tyro
 from robocoach_bringup.demo import DemoConfig, run_demo
 from robocoach_bringup.experiment import ExperimentConfig, run_experiment
 from robocoach_world.coach import detector_check, probe
+from robocoach_world.experiment.fidelity import FidelityConfig, run_fidelity
 
 
 def _demo(config: DemoConfig) -> int:
@@ -31,6 +33,12 @@ def _demo(config: DemoConfig) -> int:
 def _experiment(config: ExperimentConfig) -> int:
     run_experiment(config)
     print(f"report: {config.output / 'report.md'}")
+    return 0
+
+
+def _fidelity(config: FidelityConfig) -> int:
+    run_fidelity(config)
+    print(f"report: {config.out_dir / 'fidelity.md'}")
     return 0
 
 
@@ -49,6 +57,7 @@ def _detector_check(config: detector_check.DetectorCheckConfig) -> int:
 COMMANDS = {
     "demo": (DemoConfig, _demo),
     "experiment": (ExperimentConfig, _experiment),
+    "fidelity": (FidelityConfig, _fidelity),
     "probe": (probe.ProbeConfig, _probe),
     "detector-check": (detector_check.DetectorCheckConfig, _detector_check),
 }

@@ -1,0 +1,219 @@
+"""`robocoach fidelity`: imagine every checkpoint of a finished experiment, against its deployed evaluation.
+
+    robocoach experiment --run runs/demo --output runs/experiment
+    robocoach fidelity --experiment runs/experiment          # -> runs/experiment/fidelity/
+
+An experiment has already deployed every method's policy at every budget checkpoint on the simulator,
+from fixed evaluation seeds, with the judge switching subtasks. This imagines the same policies (each
+checkpoint's adapter versions) in the experiment's CoachWorld from the same seeds' real initial
+observations, judged by the same judge, so the task-policy pairs for issue 5's fidelity measures are
+(composition, checkpoint) over every method: many expert versions for the price of imagination alone.
+
+Modular methods only: their checkpoints are adapter versions in the run's own registry. The
+budget-0 checkpoint of an arm's modular runs is one policy (the bootstrap) and counts once. Each
+checkpoint's rows are written to <out>/rows/ as they finish, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from robocoach_skills.bootstrap import load_experts
+from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
+from robocoach_skills.device import select_device
+from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_world.experiment.methods import METHODS, PolicyKind
+from robocoach_world.experiment.ports import InitialObservations
+from robocoach_world.experiment.runner import Checkpoint, RunSettings, compositions_of
+from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
+from robocoach_world.imagine import ImaginationConfig, imagine_composition
+from robocoach_world.judge.detector import judge_detector_args
+from robocoach_world.world.artifacts import load_world
+
+log = logging.getLogger("robocoach.fidelity")
+
+EXPERIMENT_FILE = "experiment.json"
+START = "start"  # the label of an arm's budget-0 checkpoint, shared by its modular runs
+
+
+@dataclass
+class FidelityConfig:
+    """Imagine every modular checkpoint of a finished `robocoach experiment`; compare with deployment."""
+
+    experiment: Path = Path("runs/experiment")  # a `robocoach experiment --output` folder
+    out: Path | None = None  # default: <experiment>/fidelity
+    rollouts: int = 32  # imagined trials per (composition, checkpoint), over the evaluation seeds
+    num_world_seeds: int = ImaginationConfig.num_world_seeds  # world-model noise samples per trial
+    agreement: int = ImaginationConfig.agreement  # world seeds that must agree for a trial to count
+    horizon: int | None = None  # imagined policy steps per trial; None: the experiment's
+    seed: int = 0  # world-model noise
+    methods: tuple[str, ...] = ()  # modular methods to include; () = every modular one in the experiment
+
+    def __post_init__(self) -> None:
+        if not (self.experiment / EXPERIMENT_FILE).exists():
+            raise ValueError(
+                f"{self.experiment} has no {EXPERIMENT_FILE}: run `robocoach experiment --output "
+                f"{self.experiment}` to the end first"
+            )
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+        if self.rollouts < 1:
+            raise ValueError(f"rollouts must be >= 1, got {self.rollouts}")
+
+    @property
+    def out_dir(self) -> Path:
+        return self.out if self.out is not None else self.experiment / "fidelity"
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """One checkpoint to imagine: whose experts, at which adapter versions, deployed how."""
+
+    label: str  # "start", or "<method>/seed<k>@<demos>"
+    robot: str
+    experts: Path
+    checkpoint: Checkpoint
+
+    @property
+    def file(self) -> str:
+        return self.label.replace("/", "_").replace("@", "_at") + f"_{self.robot}.json"
+
+
+def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...]) -> list[_Policy]:
+    """Every modular run's checkpoints (the shared budget-0 one once per arm), in the experiment's order."""
+    inputs = Path(experiment["config"]["run"])
+    policies, started = [], set()
+    for run in experiment["runs"]:
+        method = METHODS[run["method"]]
+        if method.policy != PolicyKind.MODULAR or (methods and method.name not in methods):
+            continue
+        run_dir = root / "runs" / run["method"] / run["robot"] / f"seed{run['seed']}"
+        for point in (Checkpoint(**c) for c in run["checkpoints"]):
+            if point.round == 0:
+                if run["robot"] in started:
+                    continue
+                started.add(run["robot"])
+                policies.append(_Policy(START, run["robot"], inputs / "experts", point))
+            else:
+                label = f"{run['method']}/seed{run['seed']}@{point.demos}"
+                policies.append(_Policy(label, run["robot"], run_dir / "experts", point))
+    return policies
+
+
+class _Arm:
+    """What one arm's checkpoints share: the judge, CoachWorld and the real initial observations."""
+
+    def __init__(self, inputs: Path, robot: str, settings: RunSettings, seeds: list[int]) -> None:
+        self.device = select_device()
+        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, self.device)
+        self.world, _ = load_world(inputs / "world", self.device)
+        self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
+        self.observations = InitialObservations(self.scene, seeds)
+        self.seeds = seeds
+        train, held_out = compositions_of(robot, settings)
+        self.compositions = train + held_out
+
+    def imagine(self, policy: _Policy, imagination: ImaginationConfig) -> list[dict]:
+        """One row per composition the checkpoint was evaluated on."""
+        library, registry, _, _ = load_experts(policy.experts)
+        for skill, version in policy.checkpoint.versions.items():
+            registry.activate(library, skill, version)
+        library.to(self.device)
+        rows = []
+        for composition in tqdm(self.compositions, desc=policy.label, unit="composition", leave=False):
+            images, proprio = self.observations(composition)
+            trials = imagine_composition(
+                self.world, self.detector_args["judge"], library, self.deadlines, composition, images,
+                proprio, imagination, versions=policy.checkpoint.versions, initial_seeds=self.seeds,
+                verdict=self.detector_args["verdict"],
+            )  # fmt: skip
+            deployed = policy.checkpoint.first_failed[composition.name]
+            rows.append(
+                pair_row(
+                    composition, self.seeds, deployed, trials,
+                    robot=policy.robot, policy=policy.label, demos=policy.checkpoint.demos,
+                )
+            )  # fmt: skip
+        return rows
+
+
+def run_fidelity(config: FidelityConfig) -> dict:
+    """Imagine the missing checkpoints, then write fidelity.json, fidelity.md and the scatter plots."""
+    experiment = json.loads((config.experiment / EXPERIMENT_FILE).read_text())
+    inputs = Path(experiment["config"]["run"])
+    settings = RunSettings(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in experiment["settings"].items()}
+    )
+    imagination = ImaginationConfig(
+        num_rollouts=config.rollouts,
+        num_world_seeds=config.num_world_seeds,
+        agreement=config.agreement,
+        horizon=config.horizon or settings.horizon,
+        seed=config.seed,
+    )
+    policies = checkpoints_to_imagine(experiment, config.experiment, config.methods)
+    if not policies:
+        chosen = ", ".join(config.methods) or "all"
+        raise ValueError(f"{config.experiment} has no modular run to imagine (methods: {chosen})")
+    out = config.out_dir
+    (out / "rows").mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    rows, arms = [], {}
+    for policy in tqdm(policies, desc="fidelity checkpoints", unit="checkpoint"):
+        path = out / "rows" / policy.file
+        if not path.exists():
+            if policy.robot not in arms:
+                seeds = next(r["eval_seeds"] for r in experiment["runs"] if r["robot"] == policy.robot)
+                arms[policy.robot] = _Arm(inputs, policy.robot, settings, seeds)
+            new = arms[policy.robot].imagine(policy, imagination)
+            replace_file_atomically(path, json_bytes(new))
+            log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
+        rows += json.loads(path.read_text())
+    for arm in arms.values():
+        arm.scene.close()
+    measures = fidelity_measures(rows, out, key=lambda r: f"{r['robot']}:{r['composition']}@{r['policy']}")
+    result = {
+        "config": {**asdict(config), "experiment": str(config.experiment), "out": str(out)},
+        "imagination": asdict(imagination),
+        "checkpoints": len(policies),
+        "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
+        **measures,
+        "rows": rows,
+    }
+    replace_file_atomically(out / "fidelity.json", json_bytes(result))
+    (out / "fidelity.md").write_text(_report(config, result))
+    return result
+
+
+def _report(config: FidelityConfig, result: dict) -> str:
+    lines = [
+        f"# Imagined vs deployed: {config.experiment}",
+        "",
+        f"{len(result['rows'])} task-policy pairs: {result['checkpoints']} checkpoints of the modular "
+        f"methods, each composition deployed from the experiment's evaluation seeds and imagined "
+        f"{config.rollouts} times from the same initial states ({config.num_world_seeds} world seeds, "
+        f"{config.agreement} must agree).",
+        "",
+        "| policy | robot | composition | deployed success | imagined success | deployed completion | "
+        "imagined completion | valid imagined |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['policy']} | {r['robot']} | {r['composition']} | {fmt(r['deployed_success'])} | "
+            f"{fmt(r['imagined_success'])} | {fmt(r['deployed_completion'])} | "
+            f"{fmt(r['imagined_completion'])} | {r['imagined_valid']}/{r['imagined_trials']} |"
+        )
+    lines += fidelity_markdown(result, pair="(composition, checkpoint)")
+    lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
+    return "\n".join(lines) + "\n"
