@@ -148,3 +148,5 @@ def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_tr
     again = run_fidelity(fidelity)
     assert again["rows"] == first["rows"]
     assert {p: p.stat().st_mtime_ns for p in (fidelity.out_dir / "rows").iterdir()} == stamps
+    with pytest.raises(ValueError, match="choose a fresh --out"):  # rows of other settings never mix
+        run_fidelity(FidelityConfig(experiment=config.output, rollouts=3))

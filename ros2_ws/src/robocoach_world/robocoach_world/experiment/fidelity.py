@@ -11,7 +11,8 @@ observations, judged by the same judge, so the task-policy pairs for issue 5's f
 
 Modular methods only: their checkpoints are adapter versions in the run's own registry. The
 budget-0 checkpoint of an arm's modular runs is one policy (the bootstrap) and counts once. Each
-checkpoint's rows are written to <out>/rows/ as they finish, so an interrupted run resumes.
+checkpoint's rows are written to <out>/rows/ as they finish, so an interrupted run resumes; what they
+were imagined with is in <out>/imagination.json, and another world or setting needs another --out.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class FidelityConfig:
     horizon: int | None = None  # imagined policy steps per trial; None: the experiment's
     seed: int = 0  # world-model noise
     methods: tuple[str, ...] = ()  # modular methods to include; () = every modular one in the experiment
+    # CoachWorld checkpoint to imagine with; None: the experiment's. Another world against the same
+    # deployed trials is a fair comparison; another judge is not (it switched the deployed subtasks).
+    world: Path | None = None
 
     def __post_init__(self) -> None:
         if not (self.experiment / EXPERIMENT_FILE).exists():
@@ -111,10 +115,12 @@ def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...
 class _Arm:
     """What one arm's checkpoints share: the judge, CoachWorld and the real initial observations."""
 
-    def __init__(self, inputs: Path, robot: str, settings: RunSettings, seeds: list[int]) -> None:
+    def __init__(
+        self, inputs: Path, world: Path, robot: str, settings: RunSettings, seeds: list[int]
+    ) -> None:
         self.device = select_device()
         self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, self.device)
-        self.world, _ = load_world(inputs / "world", self.device)
+        self.world, _ = load_world(world, self.device)
         self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
         self.observations = InitialObservations(self.scene, seeds)
         self.seeds = seeds
@@ -163,8 +169,11 @@ def run_fidelity(config: FidelityConfig) -> dict:
     if not policies:
         chosen = ", ".join(config.methods) or "all"
         raise ValueError(f"{config.experiment} has no modular run to imagine (methods: {chosen})")
-    out = config.out_dir
+    out, world = config.out_dir, config.world or inputs / "world"
     (out / "rows").mkdir(parents=True, exist_ok=True)
+    _claim(
+        out / "imagination.json", {"world": str(world), "judge": str(inputs / "judge"), **asdict(imagination)}
+    )
     torch.set_num_threads(1)
     start = time.perf_counter()
     rows, arms = [], {}
@@ -173,7 +182,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
         if not path.exists():
             if policy.robot not in arms:
                 seeds = next(r["eval_seeds"] for r in experiment["runs"] if r["robot"] == policy.robot)
-                arms[policy.robot] = _Arm(inputs, policy.robot, settings, seeds)
+                arms[policy.robot] = _Arm(inputs, world, policy.robot, settings, seeds)
             new = arms[policy.robot].imagine(policy, imagination)
             replace_file_atomically(path, json_bytes(new))
             log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
@@ -182,8 +191,9 @@ def run_fidelity(config: FidelityConfig) -> dict:
         arm.scene.close()
     measures = fidelity_measures(rows, out, key=lambda r: f"{r['robot']}:{r['composition']}@{r['policy']}")
     result = {
-        "config": {**asdict(config), "experiment": str(config.experiment), "out": str(out)},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
         "imagination": asdict(imagination),
+        "world": str(world),
         "checkpoints": len(policies),
         "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
         **measures,
@@ -194,12 +204,23 @@ def run_fidelity(config: FidelityConfig) -> dict:
     return result
 
 
+def _claim(path: Path, setup: dict) -> None:
+    """Record what the rows in this folder are imagined with; refuse to mix rows of another setup."""
+    if path.exists() and json.loads(path.read_text()) != setup:
+        raise ValueError(
+            f"the rows in {path.parent} were imagined with {path.read_text()}, not {setup}: "
+            "choose a fresh --out"
+        )
+    replace_file_atomically(path, json_bytes(setup))
+
+
 def _report(config: FidelityConfig, result: dict) -> str:
     lines = [
         f"# Imagined vs deployed: {config.experiment}",
         "",
         f"{len(result['rows'])} task-policy pairs: {result['checkpoints']} checkpoints of the modular "
-        f"methods, each composition deployed from the experiment's evaluation seeds and imagined "
+        f"methods, each composition deployed from the experiment's evaluation seeds and imagined in "
+        f"{result['world']} "
         f"{config.rollouts} times from the same initial states ({config.num_world_seeds} world seeds, "
         f"{config.agreement} must agree).",
         "",
