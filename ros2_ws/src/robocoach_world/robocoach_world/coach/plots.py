@@ -22,6 +22,7 @@ class PlotConfig:
     dpi: int = 120
     width: float = 7.0  # inches
     height: float = 4.5  # inches
+    max_labels: int = 24  # scatter points named beside them; with more, names only clutter the plot
 
     def __post_init__(self) -> None:
         if self.dpi < 1 or self.width <= 0 or self.height <= 0:
@@ -94,13 +95,16 @@ def plot_imagined_vs_deployed(
     fig = Figure(figsize=(config.height + 0.5, config.height))
     ax = fig.add_subplot()
     ax.plot([0, 1], [0, 1], color="0.7", linestyle="--", linewidth=1)
-    ax.scatter(x, y, color="tab:blue")
-    at: dict[tuple[float, float], list[str]] = {}  # pairs on the same point share one label
+    at: dict[tuple[float, float], list[str]] = {}  # pairs on the same point share one marker and label
     for name, xi, yi in zip(names, x, y, strict=True):
         at.setdefault((xi, yi), []).append(name)
+    points = np.array(list(at), dtype=float)
+    counts = np.array([len(here) for here in at.values()])
+    ax.scatter(points[:, 0], points[:, 1], s=20 * np.sqrt(counts), color="tab:blue", alpha=0.7)
     for point, here in at.items():
-        label = here[0] if len(here) == 1 else f"{len(here)} pairs"
-        ax.annotate(label, point, fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if len(at) <= config.max_labels or len(here) > 1:
+            label = here[0] if len(here) == 1 else f"{len(here)} pairs"
+            ax.annotate(label, point, fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set(xlim=(-0.02, 1.02), ylim=(-0.02, 1.02), xlabel=f"imagined {measure}", ylabel=f"deployed {measure}")
     ax.set_title(
         f"Spearman rho={stats['spearman']:.3f}  Pearson r={stats['pearson']:.3f}\n"

@@ -32,7 +32,7 @@ from robocoach_skills.device import select_device
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 from robocoach_world.experiment.ports import InitialObservations
-from robocoach_world.experiment.runner import Checkpoint, RunSettings, compositions_of
+from robocoach_world.experiment.runner import Checkpoint, RunSettings, RunSpec, compositions_of
 from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
@@ -78,7 +78,7 @@ class FidelityConfig:
 
 
 @dataclass(frozen=True)
-class _Policy:
+class PolicyCheckpoint:
     """One checkpoint to imagine: whose experts, at which adapter versions, deployed how."""
 
     label: str  # "start", or "<method>/seed<k>@<demos>"
@@ -91,7 +91,7 @@ class _Policy:
         return self.label.replace("/", "_").replace("@", "_at") + f"_{self.robot}.json"
 
 
-def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...]) -> list[_Policy]:
+def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...]) -> list[PolicyCheckpoint]:
     """Every modular run's checkpoints (the shared budget-0 one once per arm), in the experiment's order."""
     inputs = Path(experiment["config"]["run"])
     policies, started = [], set()
@@ -99,16 +99,16 @@ def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...
         method = METHODS[run["method"]]
         if method.policy != PolicyKind.MODULAR or (methods and method.name not in methods):
             continue
-        run_dir = root / "runs" / run["method"] / run["robot"] / f"seed{run['seed']}"
+        run_dir = root / "runs" / RunSpec(run["method"], run["robot"], run["seed"]).key
         for point in (Checkpoint(**c) for c in run["checkpoints"]):
             if point.round == 0:
                 if run["robot"] in started:
                     continue
                 started.add(run["robot"])
-                policies.append(_Policy(START, run["robot"], inputs / "experts", point))
+                policies.append(PolicyCheckpoint(START, run["robot"], inputs / "experts", point))
             else:
                 label = f"{run['method']}/seed{run['seed']}@{point.demos}"
-                policies.append(_Policy(label, run["robot"], run_dir / "experts", point))
+                policies.append(PolicyCheckpoint(label, run["robot"], run_dir / "experts", point))
     return policies
 
 
@@ -127,7 +127,7 @@ class _Arm:
         train, held_out = compositions_of(robot, settings)
         self.compositions = train + held_out
 
-    def imagine(self, policy: _Policy, imagination: ImaginationConfig) -> list[dict]:
+    def imagine(self, policy: PolicyCheckpoint, imagination: ImaginationConfig) -> list[dict]:
         """One row per composition the checkpoint was evaluated on."""
         library, registry, _, _ = load_experts(policy.experts)
         for skill, version in policy.checkpoint.versions.items():
