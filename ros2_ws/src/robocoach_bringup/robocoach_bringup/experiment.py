@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from robocoach_skills.constants import ROBOTS
 from robocoach_world.experiment.methods import get_methods
-from robocoach_world.experiment.runner import RunSettings, RunSpec, run_one
+from robocoach_world.experiment.runner import EXPERIMENT_FILE, RunSettings, RunSpec, run_one
 from robocoach_world.experiment.summary import markdown, plot, summarize
 
 log = logging.getLogger("robocoach.experiment")
@@ -122,7 +122,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
         "runs": results,
         "summary": summary,
     }
-    (config.output / "experiment.json").write_text(json.dumps(experiment, indent=2))
+    (config.output / EXPERIMENT_FILE).write_text(json.dumps(experiment, indent=2))
     (config.output / "report.md").write_text(_report(config, settings, experiment, files))
     return experiment
 

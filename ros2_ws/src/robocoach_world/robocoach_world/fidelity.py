@@ -89,13 +89,14 @@ def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], 
     return {"fidelity": fidelity, "first_failure_agreement": agreement, "files": files}
 
 
-def fidelity_markdown(measures: dict, pair: str = "(composition, checkpoint)") -> list[str]:
+def fidelity_markdown(measures: dict) -> list[str]:
     """The measures as report lines."""
     lines = []
     for measure, stats in measures["fidelity"].items():
         lines += [
             "",
-            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {stats['pairs']} {pair} pairs: "
+            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {stats['pairs']} (composition, "
+            f"checkpoint) pairs: "
             f"Spearman {stats['spearman']:.3f}, Pearson {stats['pearson']:.3f}, MMRV {stats['mmrv']:.3f}.",
         ]
     if measures["first_failure_agreement"] is not None:

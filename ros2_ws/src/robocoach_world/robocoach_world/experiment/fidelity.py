@@ -32,7 +32,13 @@ from robocoach_skills.device import select_device
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 from robocoach_world.experiment.ports import InitialObservations
-from robocoach_world.experiment.runner import Checkpoint, RunSettings, RunSpec, compositions_of
+from robocoach_world.experiment.runner import (
+    EXPERIMENT_FILE,
+    Checkpoint,
+    RunSettings,
+    RunSpec,
+    compositions_of,
+)
 from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
@@ -40,7 +46,6 @@ from robocoach_world.world.artifacts import load_world
 
 log = logging.getLogger("robocoach.fidelity")
 
-EXPERIMENT_FILE = "experiment.json"
 START = "start"  # the label of an arm's budget-0 checkpoint, shared by its modular runs
 
 
@@ -179,14 +184,16 @@ def run_fidelity(config: FidelityConfig) -> dict:
     rows, arms = [], {}
     for policy in tqdm(policies, desc="fidelity checkpoints", unit="checkpoint"):
         path = out / "rows" / policy.file
-        if not path.exists():
-            if policy.robot not in arms:
-                seeds = next(r["eval_seeds"] for r in experiment["runs"] if r["robot"] == policy.robot)
-                arms[policy.robot] = _Arm(inputs, world, policy.robot, settings, seeds)
-            new = arms[policy.robot].imagine(policy, imagination)
-            replace_file_atomically(path, json_bytes(new))
-            log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
-        rows += json.loads(path.read_text())
+        if path.exists():
+            rows += json.loads(path.read_text())
+            continue
+        if policy.robot not in arms:
+            seeds = next(r["eval_seeds"] for r in experiment["runs"] if r["robot"] == policy.robot)
+            arms[policy.robot] = _Arm(inputs, world, policy.robot, settings, seeds)
+        new = arms[policy.robot].imagine(policy, imagination)
+        replace_file_atomically(path, json_bytes(new))
+        log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
+        rows += new
     for arm in arms.values():
         arm.scene.close()
     measures = fidelity_measures(rows, out, key=lambda r: f"{r['robot']}:{r['composition']}@{r['policy']}")
@@ -235,6 +242,6 @@ def _report(config: FidelityConfig, result: dict) -> str:
             f"{fmt(r['imagined_success'])} | {fmt(r['deployed_completion'])} | "
             f"{fmt(r['imagined_completion'])} | {r['imagined_valid']}/{r['imagined_trials']} |"
         )
-    lines += fidelity_markdown(result, pair="(composition, checkpoint)")
+    lines += fidelity_markdown(result)
     lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
     return "\n".join(lines) + "\n"

@@ -78,6 +78,7 @@ from robocoach_world.world.artifacts import load_world
 log = logging.getLogger("robocoach.experiment")
 
 STATE_FILE, RESULT_FILE, DONE_FILE = "coach_state.json", "result.json", "DONE"
+EXPERIMENT_FILE = "experiment.json"  # in an experiment's output folder: every run's result and the summary
 
 
 @dataclass(frozen=True)
