@@ -26,7 +26,7 @@ def test_help_lists_subcommands():
 
 
 def test_fidelity_of_an_unfinished_experiment_says_what_to_run_first(tmp_path):
-    result = robocoach("fidelity", "--experiment", str(tmp_path))
+    result = robocoach("fidelity", "--experiments", str(tmp_path))
     assert result.returncode != 0
     said = " ".join((result.stdout + result.stderr).replace("│", " ").split())  # unwrap tyro's box
     assert "has no experiment.json: run `robocoach experiment --output" in said

@@ -21,7 +21,7 @@ from offboard_models import write_offboard_models
 from robocoach_bringup.experiment import PROFILES, ExperimentConfig, run_experiment
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
-from robocoach_world.experiment.fidelity import FidelityConfig, run_fidelity
+from robocoach_world.experiment.fidelity import FidelityConfig, _claim, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_a_finished_experiment_is_read_back_not_rerun(experiment):
 
 def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):
     config, result = experiment
-    fidelity = FidelityConfig(experiment=config.output, rollouts=2)
+    fidelity = FidelityConfig(experiments=(config.output,), rollouts=2)
     first = run_fidelity(fidelity)
     settings, _ = PROFILES["reduced"]
     compositions = [*settings.training, *settings.held_out]
@@ -149,4 +149,19 @@ def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_tr
     assert again["rows"] == first["rows"]
     assert {p: p.stat().st_mtime_ns for p in (fidelity.out_dir / "rows").iterdir()} == stamps
     with pytest.raises(ValueError, match="choose a fresh --out"):  # rows of other settings never mix
-        run_fidelity(FidelityConfig(experiment=config.output, rollouts=3))
+        run_fidelity(FidelityConfig(experiments=(config.output,), rollouts=3))
+    with pytest.raises(ValueError, match="arms overlap"):  # pairs are named per arm: one experiment each
+        run_fidelity(FidelityConfig(experiments=(config.output, config.output), out=fidelity.out_dir))
+    with pytest.raises(ValueError, match="--out"):
+        FidelityConfig(experiments=(config.output, config.output))
+
+
+def test_a_fidelity_folder_takes_in_a_new_arm_but_never_another_setup_of_an_arm_it_holds(tmp_path):
+    path = tmp_path / "imagination.json"
+    franka, piper = {"world": "w1", "num_rollouts": 32}, {"world": "w2", "num_rollouts": 32}
+    _claim(path, {"franka": franka})
+    _claim(path, {"franka": franka, "piper": piper})  # piper joins; franka's rows stay valid
+    assert json.loads(path.read_text()) == {"franka": franka, "piper": piper}
+    with pytest.raises(ValueError, match="choose a fresh --out"):
+        _claim(path, {"piper": {**piper, "num_rollouts": 8}})
+    assert json.loads(path.read_text()) == {"franka": franka, "piper": piper}  # the refusal changed nothing

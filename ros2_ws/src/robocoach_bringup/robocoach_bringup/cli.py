@@ -3,7 +3,7 @@
 robocoach demo --quick          # the main job, small profile
 robocoach demo --help           # every option with its default
 robocoach experiment --profile reduced --run runs/quick1   # the matched-budget comparison
-robocoach fidelity --experiment runs/experiment            # imagine its checkpoints: imagined vs deployed
+robocoach fidelity --experiments runs/experiment           # imagine its checkpoints: imagined vs deployed
 robocoach probe --experts runs/demo/experts --task press_push --subtask 0   # one expert, n fresh demos
 robocoach detector-check --experts runs/demo/experts --judge runs/demo/judge   # where detectors switch
 """

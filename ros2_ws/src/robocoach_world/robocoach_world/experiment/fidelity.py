@@ -1,7 +1,8 @@
 """`robocoach fidelity`: imagine every checkpoint of a finished experiment, against its deployed evaluation.
 
     robocoach experiment --run runs/demo --output runs/experiment
-    robocoach fidelity --experiment runs/experiment          # -> runs/experiment/fidelity/
+    robocoach fidelity --experiments runs/experiment          # -> runs/experiment/fidelity/
+    robocoach fidelity --experiments runs/exp_franka runs/exp_piper --out runs/fidelity   # both arms
 
 An experiment has already deployed every method's policy at every budget checkpoint on the simulator,
 from fixed evaluation seeds, with the judge switching subtasks. This imagines the same policies (each
@@ -13,6 +14,9 @@ Modular methods only: their checkpoints are adapter versions in the run's own re
 budget-0 checkpoint of an arm's modular runs is one policy (the bootstrap) and counts once. Each
 checkpoint's rows are written to <out>/rows/ as they finish, so an interrupted run resumes; what they
 were imagined with is in <out>/imagination.json, and another world or setting needs another --out.
+Several experiments (one per arm, each with its own inputs: experts, world, judge) pool their pairs
+into one set of measures, reported over all arms and per arm; an arm added later to an --out joins
+the rows already there.
 """
 
 from __future__ import annotations
@@ -53,24 +57,31 @@ START = "start"  # the label of an arm's budget-0 checkpoint, shared by its modu
 class FidelityConfig:
     """Imagine every modular checkpoint of a finished `robocoach experiment`; compare with deployment."""
 
-    experiment: Path = Path("runs/experiment")  # a `robocoach experiment --output` folder
-    out: Path | None = None  # default: <experiment>/fidelity
+    # `robocoach experiment --output` folders; their arms must differ (pairs are named per arm)
+    experiments: tuple[Path, ...] = (Path("runs/experiment"),)
+    out: Path | None = None  # default (one experiment): <experiment>/fidelity
     rollouts: int = 32  # imagined trials per (composition, checkpoint), over the evaluation seeds
     num_world_seeds: int = ImaginationConfig.num_world_seeds  # world-model noise samples per trial
     agreement: int = ImaginationConfig.agreement  # world seeds that must agree for a trial to count
     horizon: int | None = None  # imagined policy steps per trial; None: the experiment's
     seed: int = 0  # world-model noise
     methods: tuple[str, ...] = ()  # modular methods to include; () = every modular one in the experiment
-    # CoachWorld checkpoint to imagine with; None: the experiment's. Another world against the same
-    # deployed trials is a fair comparison; another judge is not (it switched the deployed subtasks).
+    # CoachWorld checkpoint to imagine with (every arm); None: each experiment's own. Another world
+    # against the same deployed trials is a fair comparison; another judge is not (it switched the
+    # deployed subtasks).
     world: Path | None = None
 
     def __post_init__(self) -> None:
-        if not (self.experiment / EXPERIMENT_FILE).exists():
-            raise ValueError(
-                f"{self.experiment} has no {EXPERIMENT_FILE}: run `robocoach experiment --output "
-                f"{self.experiment}` to the end first"
-            )
+        if not self.experiments:
+            raise ValueError("name at least one experiment (--experiments)")
+        for experiment in self.experiments:
+            if not (experiment / EXPERIMENT_FILE).exists():
+                raise ValueError(
+                    f"{experiment} has no {EXPERIMENT_FILE}: run `robocoach experiment --output "
+                    f"{experiment}` to the end first"
+                )
+        if self.out is None and len(self.experiments) > 1:
+            raise ValueError("several experiments pool into one folder: choose it with --out")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
@@ -79,7 +90,7 @@ class FidelityConfig:
 
     @property
     def out_dir(self) -> Path:
-        return self.out if self.out is not None else self.experiment / "fidelity"
+        return self.out if self.out is not None else self.experiments[0] / "fidelity"
 
 
 @dataclass(frozen=True)
@@ -158,52 +169,58 @@ class _Arm:
 
 def run_fidelity(config: FidelityConfig) -> dict:
     """Imagine the missing checkpoints, then write fidelity.json, fidelity.md and the scatter plots."""
-    experiment = json.loads((config.experiment / EXPERIMENT_FILE).read_text())
-    inputs = Path(experiment["config"]["run"])
-    settings = RunSettings(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in experiment["settings"].items()}
-    )
-    imagination = ImaginationConfig(
-        num_rollouts=config.rollouts,
-        num_world_seeds=config.num_world_seeds,
-        agreement=config.agreement,
-        horizon=config.horizon or settings.horizon,
-        seed=config.seed,
-    )
-    policies = checkpoints_to_imagine(experiment, config.experiment, config.methods)
+    sources = [_Source.load(path, config) for path in config.experiments]
+    arms = [robot for source in sources for robot in source.robots]
+    if len(set(arms)) < len(arms):
+        raise ValueError(f"the experiments' arms overlap ({', '.join(arms)}): give one experiment per arm")
+    policies = [
+        p
+        for source in sources
+        for p in checkpoints_to_imagine(source.experiment, source.path, config.methods)
+    ]
     if not policies:
         chosen = ", ".join(config.methods) or "all"
-        raise ValueError(f"{config.experiment} has no modular run to imagine (methods: {chosen})")
-    out, world = config.out_dir, config.world or inputs / "world"
+        raise ValueError(
+            f"{', '.join(map(str, config.experiments))}: no modular run to imagine (methods: {chosen})"
+        )
+    out = config.out_dir
     (out / "rows").mkdir(parents=True, exist_ok=True)
-    _claim(
-        out / "imagination.json", {"world": str(world), "judge": str(inputs / "judge"), **asdict(imagination)}
-    )
+    setups = {robot: source.setup for source in sources for robot in source.robots}
+    _claim(out / "imagination.json", setups)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    rows, arms = [], {}
+    rows, imaginers = [], {}
     for policy in tqdm(policies, desc="fidelity checkpoints", unit="checkpoint"):
         path = out / "rows" / policy.file
         if path.exists():
             rows += json.loads(path.read_text())
             continue
-        if policy.robot not in arms:
-            seeds = next(r["eval_seeds"] for r in experiment["runs"] if r["robot"] == policy.robot)
-            arms[policy.robot] = _Arm(inputs, world, policy.robot, settings, seeds)
-        new = arms[policy.robot].imagine(policy, imagination)
+        source = next(s for s in sources if policy.robot in s.robots)
+        if policy.robot not in imaginers:
+            imaginers[policy.robot] = _Arm(
+                source.inputs, source.world, policy.robot, source.settings, source.eval_seeds(policy.robot)
+            )
+        new = imaginers[policy.robot].imagine(policy, source.imagination)
         replace_file_atomically(path, json_bytes(new))
         log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
         rows += new
-    for arm in arms.values():
+    for arm in imaginers.values():
         arm.scene.close()
-    measures = fidelity_measures(rows, out, key=lambda r: f"{r['robot']}:{r['composition']}@{r['policy']}")
+    measures = fidelity_measures(rows, out, key=_pair_name)
+    per_arm = {}
+    if len(arms) > 1:
+        for robot in arms:
+            per_arm[robot] = fidelity_measures(
+                [r for r in rows if r["robot"] == robot], out / robot, key=_pair_name
+            )
+            per_arm[robot]["files"] = [f"{robot}/{f}" for f in per_arm[robot]["files"]]
     result = {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
-        "imagination": asdict(imagination),
-        "world": str(world),
+        "config": {k: _plain(v) for k, v in asdict(config).items()},
+        "imagination": setups,
         "checkpoints": len(policies),
         "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
         **measures,
+        "per_arm": per_arm,
         "rows": rows,
     }
     replace_file_atomically(out / "fidelity.json", json_bytes(result))
@@ -211,25 +228,94 @@ def run_fidelity(config: FidelityConfig) -> dict:
     return result
 
 
-def _claim(path: Path, setup: dict) -> None:
-    """Record what the rows in this folder are imagined with; refuse to mix rows of another setup."""
-    if path.exists() and json.loads(path.read_text()) != setup:
-        raise ValueError(
-            f"the rows in {path.parent} were imagined with {path.read_text()}, not {setup}: "
-            "choose a fresh --out"
+def _pair_name(row: dict) -> str:
+    return f"{row['robot']}:{row['composition']}@{row['policy']}"
+
+
+def _plain(value):
+    """A config value as JSON holds it."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+@dataclass
+class _Source:
+    """One finished experiment: its record, the inputs it ran from, and how its arms are imagined."""
+
+    path: Path
+    experiment: dict
+    settings: RunSettings
+    imagination: ImaginationConfig
+    world: Path
+
+    @classmethod
+    def load(cls, path: Path, config: FidelityConfig) -> _Source:
+        experiment = json.loads((path / EXPERIMENT_FILE).read_text())
+        settings = RunSettings(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in experiment["settings"].items()}
         )
-    replace_file_atomically(path, json_bytes(setup))
+        imagination = ImaginationConfig(
+            num_rollouts=config.rollouts,
+            num_world_seeds=config.num_world_seeds,
+            agreement=config.agreement,
+            horizon=config.horizon or settings.horizon,
+            seed=config.seed,
+        )
+        world = config.world or Path(experiment["config"]["run"]) / "world"
+        return cls(path, experiment, settings, imagination, world)
+
+    @property
+    def inputs(self) -> Path:
+        return Path(self.experiment["config"]["run"])
+
+    @property
+    def robots(self) -> list[str]:
+        return list(dict.fromkeys(run["robot"] for run in self.experiment["runs"]))
+
+    def eval_seeds(self, robot: str) -> list[int]:
+        return next(run["eval_seeds"] for run in self.experiment["runs"] if run["robot"] == robot)
+
+    @property
+    def setup(self) -> dict:
+        """What an arm's rows are imagined with: the record that keeps rows of other setups apart."""
+        return {
+            "experiment": str(self.path), "world": str(self.world), "judge": str(self.inputs / "judge"),
+            **asdict(self.imagination),
+        }  # fmt: skip
+
+
+def _claim(path: Path, setups: dict[str, dict]) -> None:
+    """Record per arm what the rows in this folder are imagined with; refuse to mix rows of another
+    setup. Arms not yet in the folder join it."""
+    claimed = json.loads(path.read_text()) if path.exists() else {}
+    clash = {robot: setup for robot, setup in setups.items() if claimed.get(robot, setup) != setup}
+    if clash:
+        raise ValueError(
+            f"the rows in {path.parent} were imagined with {json.dumps({r: claimed[r] for r in clash})}, "
+            f"not {json.dumps(clash)}: choose a fresh --out"
+        )
+    replace_file_atomically(path, json_bytes({**claimed, **setups}))
 
 
 def _report(config: FidelityConfig, result: dict) -> str:
+    worlds = ", ".join(f"{robot}: {setup['world']}" for robot, setup in result["imagination"].items())
     lines = [
-        f"# Imagined vs deployed: {config.experiment}",
+        f"# Imagined vs deployed: {', '.join(map(str, config.experiments))}",
         "",
         f"{len(result['rows'])} task-policy pairs: {result['checkpoints']} checkpoints of the modular "
-        f"methods, each composition deployed from the experiment's evaluation seeds and imagined in "
-        f"{result['world']} "
+        f"methods, each composition deployed from the experiment's evaluation seeds and imagined "
         f"{config.rollouts} times from the same initial states ({config.num_world_seeds} world seeds, "
-        f"{config.agreement} must agree).",
+        f"{config.agreement} must agree), in CoachWorld ({worlds}).",
+    ]
+    lines += fidelity_markdown(result)
+    lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
+    for robot, measures in result["per_arm"].items():
+        lines += ["", f"## {robot} only", *fidelity_markdown(measures)]
+        lines += ["", " ".join(f"![{f}]({f})" for f in measures["files"])]
+    lines += [
+        "",
+        "## Pairs",
         "",
         "| policy | robot | composition | deployed success | imagined success | deployed completion | "
         "imagined completion | valid imagined |",
@@ -242,6 +328,4 @@ def _report(config: FidelityConfig, result: dict) -> str:
             f"{fmt(r['imagined_success'])} | {fmt(r['deployed_completion'])} | "
             f"{fmt(r['imagined_completion'])} | {r['imagined_valid']}/{r['imagined_trials']} |"
         )
-    lines += fidelity_markdown(result)
-    lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
     return "\n".join(lines) + "\n"
