@@ -78,8 +78,25 @@ def test_a_judge_that_never_confirms_fails_every_trial_at_its_first_deadline(mod
         assert trial.trace.shape == (DEADLINE,) and np.all(trial.trace < 0.01)
 
 
-def test_a_judge_that_always_confirms_switches_every_consecutive_steps(models):
+def _gripper_pinned(world: CoachWorld, reading: float, monkeypatch) -> None:
+    """The world imagines what it would, except that the gripper always reads `reading`."""
+    imagine = world.imagine
+
+    def pinned(*args, **kwargs):
+        state, frames, proprio = imagine(*args, **kwargs)
+        proprio = proprio.clone()
+        proprio[..., -1] = reading
+        return state, frames, proprio
+
+    monkeypatch.setattr(world, "imagine", pinned)
+
+
+@pytest.mark.parametrize("gripper", [0.45, 0.0])
+def test_a_judge_that_always_confirms_switches_every_consecutive_steps_where_the_fingers_hold(
+    models, gripper, monkeypatch
+):
     world, judge, library = models
+    _gripper_pinned(world, gripper, monkeypatch)  # 0.45: a Franka holding a cube; 0: closed on nothing
     composition = get_composition("franka", "pick_place_bin")
     images, proprio = _initial("franka", 2)
     rule = VerdictConfig(threshold=0.9, consecutive=2)
@@ -89,10 +106,13 @@ def test_a_judge_that_always_confirms_switches_every_consecutive_steps(models):
         verdict=rule, fps=FPS,
     )  # fmt: skip
     for trial in trials:
-        assert trial.record.success and trial.record.valid
+        assert trial.record.valid
         for seed in trial.seeds:
-            # judged from the first frame after an action on, as the router does: 2 steps per subtask
-            assert seed.switch_times == pytest.approx([2 / FPS, 4 / FPS]) and seed.steps == 4
+            if gripper:  # judged from the first frame after an action on, as the router does: 2 steps each
+                assert seed.switch_times == pytest.approx([2 / FPS, 4 / FPS]) and seed.steps == 4
+            else:  # the frames say done, the imagined gripper says empty: the pick runs to its deadline
+                assert seed.switch_times == [NEVER, NEVER] and seed.steps == DEADLINE
+        assert trial.record.success == bool(gripper)
 
 
 def test_world_seeds_change_the_imagined_frames_and_the_seed_reproduces_them(models):

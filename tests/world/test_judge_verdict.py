@@ -6,8 +6,9 @@ trace here is exactly the one written in the test, and the expected verdicts are
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pytest
@@ -96,6 +97,36 @@ def test_done_rule_needs_consecutive_steps_and_resets_per_row():
     assert rule.update(np.array([0.9, 0.9])).tolist() == [False, False]
     with pytest.raises(ValueError, match="threshold"):
         VerdictConfig(threshold=1.0)
+
+
+PICK_PLACE = Composition(
+    "pick_place_bin", "franka", (Subtask("pick", "red_cube"), Subtask("place", "red_cube", "bin"))
+)
+
+
+def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something():
+    config = VerdictConfig()  # holding (0.2, 0.7): Franka holds a cube at 0.45, closed on nothing at 0
+    skills = ["pick", "pick", "pick", "press_button"]
+    assert config.may_finish(skills, np.array([0.0, 0.45, 0.9, 0.0])).tolist() == [False, True, False, True]
+    assert config.may_finish(skills, None).tolist() == [True] * 4  # bare frames: nothing to check
+    # the rule that deadlines keep as JSON comes back the same
+    assert VerdictConfig(**json.loads(json.dumps(asdict(config)))) == config
+    with pytest.raises(ValueError, match="holding"):
+        VerdictConfig(holding=(0.7, 0.2))
+    # the judge calls the pick done from frame 1 on; the fingers close on nothing (0) until frame 3,
+    # then hold the cube (0.45): the pick ends at frame 4, the second step both say so
+    trace = [0.1, 0.95, 0.95, 0.95, 0.95, 0.1, 0.1]
+    gripper = np.array([1.0, 0.0, 0.0, 0.45, 0.45, 0.45, 0.45], dtype=np.float32)
+    proprio = np.concatenate([np.zeros((7, 7), dtype=np.float32), gripper[:, None]], axis=1)
+    loose = Deadlines({"franka": {"pick": 100, "place": 100}})
+    held = judge_episode(PixelJudge(), VideoClip(frames_for(trace), PICK_PLACE, FPS, proprio), loose)
+    assert held.switch_times[0] == pytest.approx(0.4) and held.active.tolist()[:6] == [0] * 5 + [1]
+    empty = proprio.copy()
+    empty[:, -1] = 0.0  # never holds anything: the pick is never done, whatever the frames show
+    missed = judge_episode(PixelJudge(), VideoClip(frames_for(trace), PICK_PLACE, FPS, empty), loose)
+    assert missed.completed == [False, False] and missed.first_failed == 0
+    unchecked = judge_episode(PixelJudge(), VideoClip(frames_for(trace), PICK_PLACE, FPS), loose)
+    assert unchecked.switch_times[0] == pytest.approx(0.2)  # frames alone: done at the 2nd step above
 
 
 def test_whole_video_is_segmented_by_the_judges_own_detections():

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from robocoach_skills.composition import Subtask
-from robocoach_skills.constants import OBS_IMAGE
+from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.router import CompletionDetector, RouterConfig, register_detector
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.model import ProgressJudge
@@ -33,17 +33,22 @@ class JudgeDetector(CompletionDetector):
     ) -> None:
         self.robot = robot
         self.online = BatchedJudge(judge, rows=1)
-        self.rule = DoneRule(verdict or VerdictConfig(), rows=1)
+        self.config = verdict or VerdictConfig()
+        self.rule = DoneRule(self.config, rows=1)
         self.progress = 0.0  # latest judged progress of the active subtask
+        self.skill = ""
 
     def reset(self, subtask: Subtask) -> None:
+        self.skill = subtask.skill
         self.online.reset_rows([0], [subtask], self.robot)
         self.rule.reset_rows([0])
         self.progress = 0.0
 
     def update(self, obs: dict, done_prob: float) -> bool:
         self.progress = float(self.online.update(obs[OBS_IMAGE][None])[0])
-        return bool(self.rule.update(self.online.done)[0])
+        proprio = obs.get(OBS_PROPRIO)  # camera-only observations are judged from the frames alone
+        allowed = self.config.may_finish([self.skill], None if proprio is None else proprio[-1:])
+        return bool(self.rule.update(self.online.done, allowed)[0])
 
 
 def judge_detector_args(

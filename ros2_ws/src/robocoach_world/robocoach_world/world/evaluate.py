@@ -25,7 +25,7 @@ import tyro
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
-from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS, pad, robot_id
+from robocoach_skills.action_contract import ACTION_DIM, MAX_JOINTS, pad, robot_id, unpad
 from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.data.episode import Episode
@@ -107,8 +107,9 @@ def strip(model: CoachWorld, windows: Subset, n: int, columns: int, seed: int = 
 
 @torch.no_grad()
 def imagined_twin(model: CoachWorld, episode: Episode, seed: int = 0) -> Episode:
-    """`episode` with its video replaced by CoachWorld's open-loop rollout of the episode's own actions
-    from its first frame: imagined video that keeps the simulator's labels of what those actions did.
+    """`episode` with its video and proprio replaced by CoachWorld's open-loop rollout of the episode's
+    own actions from its first frame: imagined video that keeps the simulator's labels of what those
+    actions did (the proprio too is imagined, as in closed-loop imagination: the grasp check reads it).
 
     This is how the judge is measured on imagined video: where the world model is faithful, the
     labels fit the imagined frames; where it is not, the judge's score drops with it.
@@ -117,12 +118,14 @@ def imagined_twin(model: CoachWorld, episode: Episode, seed: int = 0) -> Episode
     ids = torch.tensor([robot_id(robot)])
     proprio = torch.as_tensor(pad(robot, episode.proprio[:1].astype(np.float32)))[None]  # (1, 1, 8)
     state = model.observe(torch.as_tensor(episode.images[:1])[None], proprio, ids)
-    images = episode.images[:1]
+    images, imagined_proprio = episode.images[:1], episode.proprio[:1]
     if len(episode) > 1:  # frame t + 1 follows action t
         actions = torch.as_tensor(pad(robot, episode.actions[:-1].astype(np.float32)))[None]
-        _, frames, _ = model.imagine(state, actions, ids, torch.Generator().manual_seed(seed))
+        _, frames, predicted = model.imagine(state, actions, ids, torch.Generator().manual_seed(seed))
         images = np.concatenate([images, frames[0].cpu().numpy()])
-    return replace(episode, images=images)
+        predicted = unpad(robot, predicted[0].cpu().numpy()).astype(episode.proprio.dtype)
+        imagined_proprio = np.concatenate([imagined_proprio, predicted])
+    return replace(episode, images=images, proprio=imagined_proprio)
 
 
 def imagined_twins(
