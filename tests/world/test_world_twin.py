@@ -40,8 +40,12 @@ def test_twin_keeps_labels_and_first_frame_and_imagines_the_rest():
         assert twin.images.shape == real.images.shape and twin.images.dtype == np.uint8
         assert np.array_equal(twin.images[0], real.images[0])
         assert not np.array_equal(twin.images[1:], real.images[1:])
-        for name in ("actions", "proprio", "subtask_index", "progress"):
+        for name in ("actions", "subtask_index", "progress"):
             assert np.array_equal(getattr(twin, name), getattr(real, name))
+        # proprio is imagined too (the grasp check reads it), in the arm's own width, from the real start
+        assert twin.proprio.shape == real.proprio.shape and twin.proprio.dtype == real.proprio.dtype
+        assert np.array_equal(twin.proprio[0], real.proprio[0])
+        assert not np.array_equal(twin.proprio[1:], real.proprio[1:])
         assert twin.success == real.success and twin.composition == real.composition
         assert np.array_equal(imagined_twin(world, real, seed=1).images, twin.images)  # seeded
         one = imagined_twin(world, Episode(**{**real.__dict__, **_first(real)}))
