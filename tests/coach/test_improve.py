@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from episode_factory import make_episode
 from expert_helpers import TINY, clone_state, cpu_state
 from torch.utils.data import DataLoader
 
+from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
@@ -86,6 +89,18 @@ def test_replay_sample_is_seeded_and_bounded(setup):
     assert sorted(replay_sample(store, "pick", [], 10, seed=0)) == sorted(old)  # fewer exist: all of them
     assert replay_sample(store, "pick", old[:1], 5, seed=1) == old[1:]
     assert replay_sample(store, "pick", [], 0, seed=0) == []
+
+
+def test_replay_takes_each_variant_of_a_skill_in_turn(setup):
+    _, _, store = setup  # 3 bootstrap pick(red_cube) demos
+    _new_demos(store, "pick", 10)  # rounds that asked for the red cube only
+    green = make_episode(skills=("pick",), size=32, steps=8, seed=99)
+    variant = Composition("pick", "franka", (Subtask("pick", "green_cube"),))
+    green = store.add(replace(green, composition=variant))
+    # 1 green demo among 14: a draw of 2 from the whole pool would miss it 86% of the time
+    for seed in range(10):
+        drawn = replay_sample(store, "pick", [], 2, seed=seed)
+        assert green in drawn and len(drawn) == 2
 
 
 def test_dataset_can_be_limited_to_episode_ids(setup):

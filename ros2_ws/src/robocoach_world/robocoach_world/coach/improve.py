@@ -2,8 +2,9 @@
 
 For each skill that received demos this round (all requests sharing the expert pooled), the update
 trains `update_adapter` on the new demos mixed with a seeded sample of the skill's older demos
-(`replay_ratio` x as many episodes, fewer if fewer exist) so the adapter does not forget the
-situations it already handled, then publishes a new version (parent: the active one). Every other
+(`replay_ratio` x as many episodes, fewer if fewer exist, taken in turn from each of the skill's
+variants, e.g. each button) so the adapter does not forget the situations it already handled, then
+publishes a new version (parent: the active one). Every other
 adapter, and the backbone, are untouched.
 
 Publishing is exactly-once per (skill, round): the published metrics carry `coach/round`, so after a
@@ -64,22 +65,34 @@ def replay_sample(
     store: EpisodeStore, skill: str, exclude: Sequence[str], n: int, seed: int, robots: set[str] | None = None
 ) -> list[str]:
     """`n` (or all, if fewer) successful demos of `skill` not in `exclude` (and on one of `robots`, when
-    given: an arm coached on its own replays its own demos), drawn without replacement."""
+    given: an arm coached on its own replays its own demos), drawn without replacement, in store order.
+
+    The draw goes round-robin over the skill's variants (the demo's arm and arguments, e.g. each
+    button), seeded within each: rounds that ask for one button fill the store with its demos, and a
+    draw from the whole pool would leave the other button out of the replay (docs/results.md,
+    session 28, where 75 red-button press demos took the green press away)."""
     skip = set(exclude)
-    pool = [
-        m.episode_id
-        for m in store.iter_meta(kind="demo", skill=skill, success=True)
-        if m.episode_id not in skip and (robots is None or m.robot in robots)
+    pool, variants = [], {}
+    for m in store.iter_meta(kind="demo", skill=skill, success=True):
+        if m.episode_id not in skip and (robots is None or m.robot in robots):
+            variant = ";".join([m.robot, *(str(s) for s in m.composition.subtasks if s.skill == skill)])
+            variants.setdefault(variant, []).append(m.episode_id)
+            pool.append(m.episode_id)
+    queues = [
+        seeded_sample(ids, len(ids), seed, f"{skill}/{v}", shuffle=True)
+        for v, ids in sorted(variants.items())
     ]
-    return seeded_sample(pool, n, seed, skill)
+    order = [ids[k] for k in range(max(map(len, queues), default=0)) for ids in queues if k < len(ids)]
+    chosen = set(order[:n])
+    return [i for i in pool if i in chosen]
 
 
-def seeded_sample(pool: Sequence[str], n: int, seed: int, key: str) -> list[str]:
-    """`n` (or all, if fewer) of `pool` without replacement, in pool order; the draw depends only on
-    (seed, key), so a resumed run draws the same replay again."""
+def seeded_sample(pool: Sequence[str], n: int, seed: int, key: str, shuffle: bool = False) -> list[str]:
+    """`n` (or all, if fewer) of `pool` without replacement, in pool order (`shuffle`: in the drawn
+    order); the draw depends only on (seed, key), so a resumed run draws the same replay again."""
     rng = np.random.default_rng((seed, zlib.crc32(key.encode())))
     chosen = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
-    return [pool[i] for i in sorted(chosen)]
+    return [pool[i] for i in (chosen if shuffle else sorted(chosen))]
 
 
 def improve_experts(
