@@ -101,6 +101,8 @@ def test_replay_takes_each_variant_of_a_skill_in_turn(setup):
     for seed in range(10):
         drawn = replay_sample(store, "pick", [], 2, seed=seed)
         assert green in drawn and len(drawn) == 2
+    # fewer draws than variants: which variant goes first is seeded too, not alphabetical
+    assert {green in replay_sample(store, "pick", [], 1, seed=seed) for seed in range(10)} == {True, False}
 
 
 def test_dataset_can_be_limited_to_episode_ids(setup):

@@ -78,10 +78,8 @@ def replay_sample(
             variant = ";".join([m.robot, *(str(s) for s in m.composition.subtasks if s.skill == skill)])
             variants.setdefault(variant, []).append(m.episode_id)
             pool.append(m.episode_id)
-    queues = [
-        seeded_sample(ids, len(ids), seed, f"{skill}/{v}", shuffle=True)
-        for v, ids in sorted(variants.items())
-    ]
+    turns = seeded_sample(sorted(variants), len(variants), seed, skill, shuffle=True)  # who goes first
+    queues = [seeded_sample(variants[v], len(variants[v]), seed, f"{skill}/{v}", shuffle=True) for v in turns]
     order = [ids[k] for k in range(max(map(len, queues), default=0)) for ids in queues if k < len(ids)]
     chosen = set(order[:n])
     return [i for i in pool if i in chosen]
