@@ -64,9 +64,10 @@ def summarize(results: Sequence[dict]) -> dict:
         lengths = {len(r["checkpoints"]) for r in runs}
         if len(lengths) != 1:
             raise ValueError(f"{method} on {robot}: seeds have different checkpoint counts {lengths}")
+        (n_checkpoints,) = lengths
         train, held = _matrix(runs, "training"), _matrix(runs, "held_out")
         per_seed = [
-            [float(np.mean(_outcomes(r, k, r["training"]))) for k in range(lengths.pop())] for r in runs
+            [float(np.mean(_outcomes(r, k, r["training"]))) for k in range(n_checkpoints)] for r in runs
         ]
         n = train.shape[0]
         row = {
