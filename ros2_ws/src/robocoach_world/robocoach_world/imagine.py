@@ -160,8 +160,7 @@ def imagine_composition(
     rows = _Rows(composition, n_rows, deadlines)
     online = BatchedJudge(judge, n_rows)
     online.reset_rows(range(n_rows), [subtasks[0]] * n_rows, robot)
-    verdict = verdict or VerdictConfig()
-    rule = DoneRule(verdict, n_rows)
+    rule = DoneRule(verdict or VerdictConfig(), n_rows)
     skills = [s.skill for s in subtasks]
     per_chunk = min(config.n_action_steps, library.config.chunk_len)  # as LibraryPolicy: at most a chunk
     queue = torch.zeros((n_rows, per_chunk, action_contract.ACTION_DIM), device=device)
@@ -185,8 +184,8 @@ def imagine_composition(
         kept.add(images, running)
         progress = online.update(images, live)  # like the router's detector: frames after each action only
         active_skills = [skills[i] for i in np.minimum(rows.index, rows.n_subtasks - 1)]
-        allowed = verdict.may_finish(active_skills, proprio[:, -1].float().cpu().numpy())  # imagined gripper
-        done = rule.update(online.done, allowed) & running
+        gripper = proprio[:, -1].float().cpu().numpy()  # CoachWorld's predicted reading: the grasp check
+        done = rule.update(online.done, active_skills, gripper) & running
         rows.steps[running] += 1
         active = np.nonzero(running)[0]
         rows.progress[active, rows.index[active]] = progress[active]

@@ -33,8 +33,7 @@ class JudgeDetector(CompletionDetector):
     ) -> None:
         self.robot = robot
         self.online = BatchedJudge(judge, rows=1)
-        self.config = verdict or VerdictConfig()
-        self.rule = DoneRule(self.config, rows=1)
+        self.rule = DoneRule(verdict or VerdictConfig(), rows=1)
         self.progress = 0.0  # latest judged progress of the active subtask
         self.skill = ""
 
@@ -47,8 +46,8 @@ class JudgeDetector(CompletionDetector):
     def update(self, obs: dict, done_prob: float) -> bool:
         self.progress = float(self.online.update(obs[OBS_IMAGE][None])[0])
         proprio = obs.get(OBS_PROPRIO)  # camera-only observations are judged from the frames alone
-        allowed = self.config.may_finish([self.skill], None if proprio is None else proprio[-1:])
-        return bool(self.rule.update(self.online.done, allowed)[0])
+        gripper = None if proprio is None else proprio[-1:]
+        return bool(self.rule.update(self.online.done, [self.skill], gripper)[0])
 
 
 def judge_detector_args(

@@ -66,9 +66,9 @@ class VerdictConfig:
     def may_finish(self, skills: Sequence[str], gripper: np.ndarray | None) -> np.ndarray:
         """(B,) bool: may each row's subtask count as done now, given its skill and its gripper
         reading (B,)? Rows of other skills always may; None (no reading, e.g. bare frames) skips the check."""
-        grasp = np.array([skill in self.grasp_skills for skill in skills], dtype=bool)
         if gripper is None:
             return np.ones(len(skills), dtype=bool)
+        grasp = np.array([skill in self.grasp_skills for skill in skills], dtype=bool)
         gripper = np.asarray(gripper, dtype=np.float32)
         return ~grasp | ((gripper >= self.holding[0]) & (gripper <= self.holding[1]))
 
@@ -83,11 +83,14 @@ class DoneRule:
     def reset_rows(self, rows: Sequence[int]) -> None:
         self.streak[list(rows)] = 0
 
-    def update(self, progress: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
-        """(B,) done scores, (B,) bool `VerdictConfig.may_finish` (None: all may) -> (B,) bool: done now."""
+    def update(
+        self, progress: np.ndarray, skills: Sequence[str] | None = None, gripper: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(B,) done scores -> (B,) bool: done now. With each row's active skill and gripper reading
+        (B,), grasps also need the fingers to hold something (`VerdictConfig.may_finish`)."""
         above = np.asarray(progress) >= self.config.threshold
-        if allowed is not None:
-            above &= np.asarray(allowed, dtype=bool)
+        if skills is not None:
+            above &= self.config.may_finish(skills, gripper)
         self.streak = np.where(above, self.streak + 1, 0)
         return self.streak >= self.config.consecutive
 
@@ -259,7 +262,7 @@ def judge_episode(
         if failed:
             continue
         gripper = None if proprio is None else proprio[t : t + 1, -1]
-        if rule.update(online.done, config.may_finish([comp.subtasks[index].skill], gripper))[0]:
+        if rule.update(online.done, [comp.subtasks[index].skill], gripper)[0]:
             completed[index], switch[index] = True, t / episode.fps
             index, start = index + 1, t + 1
             rule.reset_rows([0])
