@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from robocoach_skills.bootstrap import load_experts
-from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
+from robocoach_skills.checkpoint import json_bytes, jsonable, replace_file_atomically
 from robocoach_skills.device import select_device
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_world.experiment.methods import METHODS, PolicyKind
@@ -215,7 +215,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
             )
             per_arm[robot]["files"] = [f"{robot}/{f}" for f in per_arm[robot]["files"]]
     result = {
-        "config": {k: _plain(v) for k, v in asdict(config).items()},
+        "config": jsonable(asdict(config)),
         "imagination": setups,
         "checkpoints": len(policies),
         "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
@@ -232,19 +232,13 @@ def _pair_name(row: dict) -> str:
     return f"{row['robot']}:{row['composition']}@{row['policy']}"
 
 
-def _plain(value):
-    """A config value as JSON holds it."""
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return str(value) if isinstance(value, Path) else value
-
-
 @dataclass
 class _Source:
     """One finished experiment: its record, the inputs it ran from, and how its arms are imagined."""
 
     path: Path
     experiment: dict
+    inputs: Path  # the experiment's `--run` folder: its experts, judge and CoachWorld
     settings: RunSettings
     imagination: ImaginationConfig
     world: Path
@@ -262,12 +256,8 @@ class _Source:
             horizon=config.horizon or settings.horizon,
             seed=config.seed,
         )
-        world = config.world or Path(experiment["config"]["run"]) / "world"
-        return cls(path, experiment, settings, imagination, world)
-
-    @property
-    def inputs(self) -> Path:
-        return Path(self.experiment["config"]["run"])
+        inputs = Path(experiment["config"]["run"])
+        return cls(path, experiment, inputs, settings, imagination, config.world or inputs / "world")
 
     @property
     def robots(self) -> list[str]:
