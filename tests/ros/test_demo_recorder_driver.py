@@ -145,10 +145,9 @@ def test_a_take_is_recorded_through_the_driver(ros_probe, tmp_path):
     assert result.result().status == STATUS_SUCCEEDED
     [answer] = result.result().result.episodes
     assert answer.accepted and answer.initial_state_seed == SEED
-    # The recorder's commands reached the driver, and the driver moved the arm.
-    assert len(commands.times) >= len(KEYS) and list(commands.last.name)[: ARM.n_joints] == list(
-        ARM.joint_names
-    )
+    # The recorder's commands reached the driver, and the driver moved the arm. Presses between two policy
+    # ticks merge into one command, and a stalled machine ticks less often, so no count per key is asserted.
+    assert commands.times and list(commands.last.name)[: ARM.n_joints] == list(ARM.joint_names)
     assert np.abs(np.subtract(end, start)).max() > 0.05
     # The take holds what the driver published: its joint states and its rendered camera frames.
     episode = EpisodeStore(tmp_path / "store").get(answer.episode_id)
