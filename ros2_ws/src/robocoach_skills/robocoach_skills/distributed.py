@@ -81,7 +81,11 @@ class DistributedContext:
         return tensor.item() / self.world_size
 
     def close(self) -> None:
+        """Leave the process group once every rank is here. Without the barrier a rank that finished
+        training destroyed its group while rank 0 was still writing the checkpoint, and gloo aborted
+        it (SIGABRT, "terminate called without an active exception"; seen once in CI, 2026-12-05)."""
         if self.distributed and dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
 
 

@@ -264,12 +264,10 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
 def main() -> None:
     config = tyro.cli(TrainConfig, description=__doc__)
     ctx = setup_distributed(config.device)
-    try:
-        _, metrics = train(config, ctx)
-        if ctx.is_main:
-            print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict)}, indent=2))
-    finally:
-        ctx.close()
+    _, metrics = train(config, ctx)
+    if ctx.is_main:
+        print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, dict)}, indent=2))
+    ctx.close()  # not on an error: its barrier would wait for ranks that may be stuck elsewhere
 
 
 if __name__ == "__main__":
