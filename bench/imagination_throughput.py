@@ -1,9 +1,12 @@
 """Imagined vs simulated policy steps per second, same experts and initial states, in one run.
 
-Simulation: the router drives the experts on the MuJoCo scene with 64x64 rendering (what a deployed
-evaluation costs). Imagination: the same experts inside CoachWorld with the progress judge, batch 1
-and 64 trials (x world seeds). Default-sized models from their configs (or checkpoints with
---world-dir/--judge-dir): throughput does not depend on the weights, only on the architecture.
+Simulation: the router drives the experts on the MuJoCo scene with 64x64 rendering and the progress
+judge as its completion detector (what a deployed evaluation costs: the coach's evaluations and its
+oracle switch subtasks by the judge). Imagination: the same experts inside CoachWorld with the same
+judge, batch 1 and 64 trials (x world seeds). The simulation with the done head instead of the judge
+is timed too (what the ratio would be for a router that trusts the experts' done heads).
+Default-sized models from their configs (or checkpoints with --world-dir/--judge-dir): throughput
+does not depend on the weights, only on the architecture.
 A step is one policy step of one trial, all world-model seeds of that trial included.
 
     source env.sh && python bench/imagination_throughput.py                  # 1 thread, 60 steps
@@ -34,8 +37,9 @@ from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import get_composition
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.checkpoint import load_judge
+from robocoach_world.judge.detector import JudgeDetector  # noqa: F401  registers the "judge" detector
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
-from robocoach_world.judge.verdict import Deadlines
+from robocoach_world.judge.verdict import Deadlines, VerdictConfig
 from robocoach_world.world.artifacts import load_world
 from robocoach_world.world.model import CoachWorld, WorldConfig
 
@@ -55,11 +59,21 @@ class Args:
     sketch_cost: bool = True
 
 
-def simulated_steps_per_s(library: ExpertLibrary, args: Args) -> float:
+def never_done(args: Args) -> VerdictConfig:
+    """A done rule that cannot fire within a measurement: every trial runs to its first deadline."""
+    return VerdictConfig(consecutive=args.steps + 1)
+
+
+def simulated_steps_per_s(library: ExpertLibrary, judge: ProgressJudge | None, args: Args) -> float:
+    """Policy steps/s of one simulated trial; `judge` None: the done head detects (it never fires)."""
     composition = get_composition(args.robot, args.task)
     scene = SimScene(SceneConfig(robot=args.robot))
-    # the done head never fires on untrained experts: every trial runs to its first deadline
-    router = Router(LibraryPolicy(library), RouterConfig(deadline_steps=args.steps, done_threshold=1.0))
+    if judge is None:
+        config, detector_args = RouterConfig(deadline_steps=args.steps, done_threshold=1.0), None
+    else:
+        config = RouterConfig(detector="judge", deadline_steps=args.steps)
+        detector_args = {"judge": judge, "robot": args.robot, "verdict": never_done(args)}
+    router = Router(LibraryPolicy(library), config, detector_args)
     start = time.perf_counter()
     trial = router.run(scene, composition, evaluation_seeds(1)[0])
     seconds = time.perf_counter() - start
@@ -79,7 +93,9 @@ def imagined_steps_per_s(world, judge, library, batch: int, args: Args) -> float
         num_rollouts=batch, num_world_seeds=args.world_seeds, agreement=1, horizon=args.steps
     )
     start = time.perf_counter()
-    trials = imagine_composition(world, judge, library, deadlines, composition, images, proprio, config)
+    trials = imagine_composition(
+        world, judge, library, deadlines, composition, images, proprio, config, verdict=never_done(args)
+    )
     seconds = time.perf_counter() - start
     return sum(max(s.steps for s in t.seeds) for t in trials) / seconds
 
@@ -102,13 +118,19 @@ def main(args: Args) -> None:
         f"trial, {args.threads} torch thread(s), models on {device}"
     )
     ratios: dict[int, list[float]] = {1: [], 64: []}
+    bare_ratios: list[float] = []  # batch 64 vs the simulation without the judge
     for repeat in range(args.repeats):
-        simulated = simulated_steps_per_s(library, args)
-        line = f"  repeat {repeat + 1}: simulated (MuJoCo + 64x64 rendering) {simulated:6.1f} steps/s"
+        simulated = simulated_steps_per_s(library, judge, args)
+        bare = simulated_steps_per_s(library, None, args)
+        line = (
+            f"  repeat {repeat + 1}: simulated (MuJoCo + 64x64 rendering + judge) {simulated:6.1f} steps/s, "
+            f"without the judge {bare:6.1f}"
+        )
         for batch in ratios:
             imagined = imagined_steps_per_s(world, judge, library, batch, args)
             ratios[batch].append(imagined / simulated)
             line += f"; imagined batch {batch}: {imagined:6.1f} ({imagined / simulated:5.2f}x)"
+        bare_ratios.append(ratios[64][-1] * simulated / bare)
         if plain is not None:
             imagined_plain = imagined_steps_per_s(plain, judge, library, 64, args)
             sketch_ratios.append(ratios[64][-1] * simulated / imagined_plain)
@@ -119,6 +141,10 @@ def main(args: Args) -> None:
             f"  imagined batch {batch:2d} vs simulated: median {np.median(values):5.2f}x "
             f"(range {min(values):.2f}-{max(values):.2f}x over {args.repeats} repeats)"
         )
+    print(
+        f"  imagined batch 64 vs simulated without the judge: median {np.median(bare_ratios):5.2f}x "
+        f"(range {min(bare_ratios):.2f}-{max(bare_ratios):.2f}x)"
+    )
     if sketch_ratios:
         print(
             f"  batch 64 with vs without arm sketches: median {np.median(sketch_ratios):5.2f}x "
