@@ -11,10 +11,13 @@ from expert_helpers import clone_state, cpu_state, synthetic_batch
 
 from robocoach_skills.constants import SUBTASK_ARGUMENTS
 from robocoach_skills.experts import ExpertLibrary, pretrain
+from robocoach_skills.experts.config import ExpertConfig
+from robocoach_skills.experts.model import SpatialSoftArgmax
 from robocoach_skills.experts.perception import (
     LANDMARKS,
     PerceptionConfig,
     backbone_feature_size,
+    heatmap_loss,
     keypoint_coordinates,
     landmark_loss,
     landmark_points,
@@ -47,7 +50,26 @@ def test_keypoint_frame_spans_feature_cell_centres():
     # 64 px, 8 cells of 8 px: cell 0's centre (pixel 4) is -1, cell 7's (pixel 60) is +1.
     coords = keypoint_coordinates(np.array([[4.0, 60.0], [32.0, 32.0]]), image_size=64, feature_size=8)
     np.testing.assert_allclose(coords, [[-1.0, 1.0], [0.0, 0.0]], atol=1e-6)
-    assert backbone_feature_size(64, 3) == 8 and backbone_feature_size(33, 2) == 9
+    assert backbone_feature_size(64, (2, 2, 2)) == 8 and backbone_feature_size(33, (2, 2)) == 9
+    assert backbone_feature_size(64, ExpertConfig().conv_strides) == 16  # the last conv keeps its map
+
+
+def test_heatmap_loss_pulls_each_keypoint_onto_its_landmark_between_cells():
+    target = torch.tensor([[[0.3, -0.55], [-1.0, 1.0]]])  # 2 landmarks, the second on a corner cell
+    both, neither = torch.tensor([[True, True]]), torch.tensor([[False, False]])
+    logits = torch.zeros(1, 3, 16, requires_grad=True)  # 3 channels of a 4 x 4 map; the third is no landmark
+    optimizer = torch.optim.Adam([logits], lr=0.1)
+    for _ in range(400):
+        loss = heatmap_loss(logits, target, both, feature_size=4)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        keypoints = SpatialSoftArgmax()(logits.view(1, 3, 4, 4))  # temperature 1: the logits as they are
+    found = torch.stack([keypoints[0, :2], keypoints[0, 3:5]], dim=-1)
+    np.testing.assert_allclose(found.numpy(), target[0].numpy(), atol=0.03)
+    assert torch.equal(logits.detach()[0, 2], torch.zeros(16))  # channels past the landmarks are free
+    assert heatmap_loss(logits, target, neither, feature_size=4).item() == 0.0
 
 
 def test_rendered_frames_are_seeded_and_parked_cubes_invisible():

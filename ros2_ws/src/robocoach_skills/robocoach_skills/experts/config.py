@@ -12,6 +12,7 @@ field that shapes a tensor is part of `adapter_signature`, which artifacts store
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -34,6 +35,7 @@ LEGACY_VALUES: dict[str, Any] = {
     "action_space": "joint",
     "hand_skip": False,
     "argument_direction": False,
+    "keypoint_stride": 2,
 }
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
 #   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
@@ -51,6 +53,10 @@ class ExpertConfig:
     # Backbone: a stride-2 conv stack, spatial soft-argmax keypoints, an MLP over padded proprio.
     conv_channels: tuple[int, ...] = (32, 64, 64)  # output channels of conv0, conv1, ...
     conv_kernel: int = 3  # square kernel of every conv layer (padding keeps "same" before the stride)
+    # Stride of the last conv, whose map the keypoints are read from: 1 keeps it at 16 x 16 for 64 px
+    # frames (2: 8 x 8). With the perception prior's heatmap loss it places a visible cube to 0.8 cm
+    # (median) instead of 2.7 cm, which is what a grasp needs (docs/bootstrap.md, session 31).
+    keypoint_stride: int = 1
     norm_groups: int = 8  # GroupNorm groups after each conv (no running stats: train == eval)
     proprio_hidden: int = 64  # width of the proprio projection
     robot_embed_dim: int = 16  # width of the learned embodiment embedding
@@ -136,9 +142,12 @@ class ExpertConfig:
             raise ValueError("keypoint_skip passes the argument keypoints on: it needs argument_keypoints")
         if self.conv_kernel % 2 == 0:
             raise ValueError(f"conv_kernel must be odd (symmetric padding), got {self.conv_kernel!r}")
-        if self.image_size < 2 ** len(self.conv_channels):
-            n = len(self.conv_channels)
-            raise ValueError(f"image_size={self.image_size!r} is too small for {n} stride-2 convs")
+        if self.keypoint_stride not in (1, 2):
+            raise ValueError(f"keypoint_stride must be 1 or 2, got {self.keypoint_stride!r}")
+        if self.image_size < math.prod(self.conv_strides):
+            raise ValueError(
+                f"image_size={self.image_size!r} is too small for conv strides {self.conv_strides}"
+            )
         unknown = [n for n in self.lora_layers if n not in self.backbone_layer_names()]
         if unknown or len(set(self.lora_layers)) != len(self.lora_layers):
             raise ValueError(
@@ -152,6 +161,11 @@ class ExpertConfig:
         for name in ("done_weight", "done_pos_weight", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def conv_strides(self) -> tuple[int, ...]:
+        """Stride of each conv: 2, and `keypoint_stride` for the last."""
+        return (2,) * (len(self.conv_channels) - 1) + (self.keypoint_stride,)
 
     @property
     def lora_scaling(self) -> float:
@@ -189,6 +203,7 @@ class ExpertConfig:
             "image_channels",
             "conv_channels",
             "conv_kernel",
+            "keypoint_stride",
             "proprio_hidden",
             "robot_embed_dim",
             "argument_embed_dim",

@@ -96,9 +96,13 @@ class SpatialSoftArgmax(nn.Module):
         super().__init__()
         self.log_temperature = nn.Parameter(torch.zeros(()))
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, C, H * W): each channel's softmax logits over the map's cells."""
+        return x.flatten(2) / self.log_temperature.exp()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
-        attn = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, c, h, w)
+        attn = torch.softmax(self.logits(x), dim=-1).view(b, c, h, w)
         xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype)  # (W,)
         ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype)  # (H,)
         kx = (attn.sum(dim=2) * xs).sum(dim=-1)  # (B, C)
@@ -119,8 +123,10 @@ class Backbone(nn.Module):
         self.lora_targets = c.lora_layers
         self.lora_rank, self.lora_alpha = c.lora_rank, c.lora_alpha
         chans = (c.image_channels, *c.conv_channels)
+        self.strides = c.conv_strides
         self.convs = nn.ModuleList(
-            LoRAConv2d(i, o, c.conv_kernel, stride=2, padding=c.conv_kernel // 2) for i, o in pairwise(chans)
+            LoRAConv2d(i, o, c.conv_kernel, stride=s, padding=c.conv_kernel // 2)
+            for (i, o), s in zip(pairwise(chans), self.strides, strict=True)
         )
         self.norms = nn.ModuleList(nn.GroupNorm(c.norm_groups, o) for o in c.conv_channels)
         self.keypoints = SpatialSoftArgmax()
@@ -149,6 +155,14 @@ class Backbone(nn.Module):
         layers |= {"proprio": self.proprio, "fuse": self.fuse, "trunk": self.trunk}
         return LoRAAdapter({n: layers[n] for n in self.lora_targets}, self.lora_rank, self.lora_alpha)
 
+    def feature_map(self, image: torch.Tensor, adapter: LoRAAdapter | None = None) -> torch.Tensor:
+        """Frames (B, 3, H, W) -> the last conv's map (B, C, H', W'), which keypoints are read from."""
+        x = image
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            low_rank = adapter.get(f"conv{i}") if adapter is not None else None
+            x = F.relu(norm(conv(x, low_rank)))  # (B, C_i, H / stride, W / stride)
+        return x
+
     def vision(
         self, image: torch.Tensor, adapter: LoRAAdapter | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,10 +171,7 @@ class Backbone(nn.Module):
         Keypoints say where things are; the spatial mean of the last feature map says what is
         there (a lit button lamp moves no keypoint, yet it is what "pressed" looks like).
         """
-        x = image
-        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
-            low_rank = adapter.get(f"conv{i}") if adapter is not None else None
-            x = F.relu(norm(conv(x, low_rank)))  # (B, C_i, H / 2^(i+1), W / 2^(i+1))
+        x = self.feature_map(image, adapter)
         return self.keypoints(x), x.mean(dim=(2, 3))
 
     def argument_offsets(self, keypoints: torch.Tensor, arguments: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,12 @@ from robocoach_skills import measures
 from robocoach_skills.checkpoint import jsonable
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.distributed import DistributedContext, setup_distributed, unwrap
-from robocoach_skills.experts.perception import PerceptionConfig, render_landmark_frames, train_landmark_probe
+from robocoach_skills.experts.perception import (
+    PerceptionConfig,
+    ProbeReadout,
+    render_landmark_frames,
+    train_landmark_probe,
+)
 from robocoach_world.judge.checkpoint import save_judge
 from robocoach_world.judge.data import (
     KEY_COND,
@@ -152,9 +157,9 @@ def pretrain_encoder(
     landmarks, n_lamps = renders[0].pixels.shape[1], renders[0].lamps.shape[1]
     probe = torch.nn.Linear(judge.config.feature_dim, 2 * landmarks + n_lamps).to(device)
 
-    def read(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(images: torch.Tensor) -> ProbeReadout:
         out = probe(judge.encoder(images))  # (B, 2K + lamps): all x, all y, lamp logits
-        return out[:, : 2 * landmarks], out[:, 2 * landmarks :]
+        return ProbeReadout(out[:, : 2 * landmarks], out[:, 2 * landmarks :])
 
     # Targets in [-1, 1] across the frame, as the experts' keypoints (one "cell" per pixel).
     metrics, _ = train_landmark_probe(
