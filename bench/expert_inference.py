@@ -1,5 +1,7 @@
 """Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run, for
-experts acting in hand space (the default: joint targets by batched IK) and in joint space, side by side.
+the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map), experts
+acting in joint space, and experts reading keypoints from an 8x8 map (last conv of stride 2, the
+default until session 31), side by side.
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
 default ExpertConfig at 64x64 on random frames: the network cost does not depend on the values. The
@@ -25,13 +27,13 @@ from robocoach_skills.constants import (
     KEY_ARGUMENTS,
     KEY_DONE,
     KEY_ROBOT_ID,
+    KEY_SUBTASK_START,
     OBS_IMAGE,
     OBS_PROPRIO,
     ROBOTS,
     SUBTASK_ARGUMENTS,
 )
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
-from robocoach_skills.experts.config import ACTION_SPACES
 from robocoach_skills.experts.train import update_adapter
 from robocoach_skills.sim.arms import get_arm
 
@@ -58,6 +60,7 @@ def random_batch(config: ExpertConfig, size: int, generator: torch.Generator, no
     proprio = homes[robots] + noise * (2 * torch.rand(size, ACTION_DIM, generator=generator) - 1)
     return {
         OBS_IMAGE: torch.rand(size, 3, s, s, generator=generator),
+        KEY_SUBTASK_START: torch.rand(size, 3, s, s, generator=generator),
         OBS_PROPRIO: proprio,
         KEY_ROBOT_ID: robots,
         KEY_ARGUMENTS: torch.randint(len(SUBTASK_ARGUMENTS), (size, 2), generator=generator),
@@ -89,24 +92,30 @@ def main(args: Args) -> None:
     print(
         f"expert inference, 64x64 frames, {args.threads} torch thread(s), {args.calls} calls per batch size"
     )
+    variants = {
+        "default": ExpertConfig(),
+        "joint space": ExpertConfig(action_space="joint"),
+        "8x8 keypoints": ExpertConfig(keypoint_stride=2),
+    }
     results = {}
-    for space in ACTION_SPACES:
-        library = ExpertLibrary(ExpertConfig(action_space=space), skills=SKILLS)
-        print(f" action_space={space}")
+    for name, config in variants.items():
+        library = ExpertLibrary(config, skills=SKILLS)
+        print(f" {name}")
         for size in sizes:
             mean, p99 = latency_ms(library, batches[size], args)
-            results[space, size] = mean
+            results[name, size] = mean
             per_obs = mean / size
             print(
                 f"  batch {size:3d}: mean {mean:7.2f} ms  p99 {p99:7.2f} ms  ({per_obs:6.3f} ms/observation)"
             )
         start = time.perf_counter()
         update_adapter(library, "pick", updates, args.update_steps, progress=False)
-        seconds = results[space, "update"] = time.perf_counter() - start
+        seconds = results[name, "update"] = time.perf_counter() - start
         print(f"  adapter update: {args.update_steps} steps x batch {args.update_batch} in {seconds:.1f} s")
-    for key in (*sizes, "update"):
-        what = f"batch {key}" if key != "update" else "adapter update"
-        print(f" ee / joint, {what}: {results['ee', key] / results['joint', key]:.2f}x")
+    for name in list(variants)[1:]:
+        for key in (*sizes, "update"):
+            what = f"batch {key}" if key != "update" else "adapter update"
+            print(f" default / {name}, {what}: {results['default', key] / results[name, key]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ result, since on a shared VM the speed of the host drifts within one run (seen h
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,9 @@ class Args:
     repeats: int = 3  # alternations of simulation and imagination; the median ratio is reported
     # also time batch 64 with the same world built without arm sketches: what the sketches cost
     sketch_cost: bool = True
+    # the experts' architecture (e.g. --expert.keypoint-stride 2 --expert.no-argument-memory: the experts
+    # before session 31)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
 
 
 def never_done(args: Args) -> VerdictConfig:
@@ -107,7 +110,7 @@ def main(args: Args) -> None:
     world = load_world(args.world_dir, device)[0] if args.world_dir else CoachWorld(WorldConfig()).eval()
     judge = load_judge(args.judge_dir, device)[0] if args.judge_dir else ProgressJudge(JudgeConfig()).eval()
     skills = sorted({s.skill for s in get_composition(args.robot, args.task).subtasks})
-    library = ExpertLibrary(ExpertConfig(), skills=skills)
+    library = ExpertLibrary(args.expert, skills=skills)
     plain = CoachWorld(replace(world.config, arm_sketch=False)).eval() if args.sketch_cost else None
     for model in (world, judge, library, plain):
         if model is not None:

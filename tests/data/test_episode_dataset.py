@@ -34,6 +34,7 @@ def test_sample_shapes_dtypes_and_values(store):
     assert len(dataset) == 2 * STEPS
     expected = {
         "image": ((3, 16, 16), torch.float32),
+        "subtask_start_image": ((3, 16, 16), torch.float32),
         "proprio": ((8,), torch.float32),
         "action_chunk": ((4, 8), torch.float32),
         "action_mask": ((4,), torch.bool),
@@ -57,6 +58,12 @@ def test_sample_shapes_dtypes_and_values(store):
     assert sample["episode_id"] == 0 and sample["frame_index"] == 5
     assert sample["robot_id"] == ROBOTS.index("franka")
     assert dataset[STEPS]["episode_id"] == 2  # the next franka episode is episode_000002
+    frames = torch.from_numpy(episode.images).permute(0, 3, 1, 2) / 255.0
+    second = int(np.flatnonzero(episode.subtask_index == 1)[0])  # where place starts
+    assert 5 < second < STEPS - 1
+    assert torch.equal(sample["subtask_start_image"], frames[0])  # step 5 is in pick, which starts at 0
+    assert torch.equal(dataset[second]["subtask_start_image"], frames[second])
+    assert torch.equal(dataset[STEPS - 1]["subtask_start_image"], frames[second])
 
 
 def test_action_chunk_repeats_the_last_action_past_the_end(store):

@@ -60,6 +60,7 @@ def synthetic_batch(
     mask[-1, k // 2 :] = 0.0
     batch = {
         "image": torch.from_numpy(rng.uniform(0, 1, (len(robots), 3, s, s)).astype(np.float32)),
+        "subtask_start_image": torch.from_numpy(rng.uniform(0, 1, (len(robots), 3, s, s)).astype(np.float32)),
         "proprio": torch.from_numpy(proprio),
         "action_chunk": torch.from_numpy(chunk),
         "action_mask": torch.from_numpy(mask),

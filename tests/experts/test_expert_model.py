@@ -151,8 +151,8 @@ def test_argument_direction_is_the_unit_vector_from_object_to_target(config):
     from robocoach_skills.constants import ARGUMENT_LANDMARKS, LANDMARKS, SUBTASK_ARGUMENTS
 
     config, with_direction = (
-        replace(config, argument_direction=False),
-        replace(config, argument_direction=True),
+        replace(config, argument_direction=False, argument_memory=False),
+        replace(config, argument_direction=True, argument_memory=False),
     )
     assert with_direction.backbone_dim == config.backbone_dim + 2
     backbone = ExpertLibrary(with_direction, skills=("push",)).backbone
@@ -173,6 +173,45 @@ def test_argument_direction_is_the_unit_vector_from_object_to_target(config):
         replace(config, argument_keypoints=False, keypoint_skip=False, argument_direction=True)
 
 
+def test_argument_memory_is_where_object_and_target_were_at_the_start_relative_to_the_gripper_now(config):
+    """With argument_memory the argument keypoints end with the object and target keypoints of the
+    subtask's first frame minus the gripper's keypoint now; without a first frame the experts refuse."""
+    from dataclasses import replace
+
+    from robocoach_skills.constants import LANDMARKS, SUBTASK_ARGUMENTS
+
+    backbone = ExpertLibrary(replace(config, argument_memory=True), skills=("pick",)).backbone
+    without = ExpertLibrary(replace(config, argument_memory=False), skills=("pick",)).backbone
+    c = len(LANDMARKS)
+    cube, gripper = LANDMARKS.index("red_cube"), LANDMARKS.index("gripper")
+    now, start = torch.zeros(1, 2 * c), torch.zeros(1, 2 * c)
+    now[0, gripper], now[0, c + gripper] = 0.5, -0.25  # the gripper now; the cube now is hidden at (0, 0)
+    start[0, cube], start[0, c + cube] = 0.2, 0.3  # where the cube was when the pick started
+    start[0, gripper], start[0, c + gripper] = -0.9, -0.9  # the gripper then: not read
+    arguments = torch.tensor([[SUBTASK_ARGUMENTS.index("red_cube"), 0]])  # pick red_cube: target none
+    offsets = backbone.argument_offsets(now, arguments, start)
+    assert (
+        offsets.shape == (1, config.argument_dim)
+        and config.argument_dim == without.argument_offsets(now, arguments).shape[1] + 4
+    )
+    # object then - gripper now; target "" names the gripper: gripper then - gripper now
+    assert torch.allclose(offsets[0, -4:], torch.tensor([0.2 - 0.5, 0.3 + 0.25, -0.9 - 0.5, -0.9 + 0.25]))
+    assert torch.equal(offsets[0, :-4], without.argument_offsets(now, arguments)[0])
+    batch = synthetic_batch(config, ("franka",))
+    with pytest.raises(ValueError, match="first frame"):
+        backbone(batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
+
+
+def test_random_shift_moves_a_frame_and_its_subtask_start_together(config):
+    from dataclasses import replace
+
+    library = ExpertLibrary(replace(config, shift_pixels=2), skills=("pick",))
+    image = torch.rand(5, 3, config.image_size, config.image_size)
+    shifted = library._shifted({"image": image, "subtask_start_image": image.clone()})
+    assert not torch.equal(shifted["image"], image)
+    assert torch.equal(shifted["image"], shifted["subtask_start_image"])
+
+
 def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
     """With keypoint_skip the features end with the object/target keypoints (and their offsets from the
     gripper's) exactly as vision computes them, whatever the fuse and trunk layers do."""
@@ -181,9 +220,12 @@ def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
         lib.backbone.trunk.weight.zero_()  # the shared path carries nothing ...
         lib.backbone.trunk.bias.zero_()
     batch = synthetic_batch(config, ("franka", "piper"))
-    features = lib.backbone(batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"])
+    start = batch["subtask_start_image"]
+    features = lib.backbone(
+        batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"], None, start
+    )
     keypoints, _ = lib.backbone.vision(batch["image"])
-    skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"])
+    skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"], lib.backbone.vision(start)[0])
     assert features.shape == (2, config.backbone_dim) == (2, config.embed_dim + skipped.shape[1])
     assert torch.equal(features[:, : config.embed_dim], torch.zeros(2, config.embed_dim))
     assert torch.equal(features[:, config.embed_dim :], skipped)  # ... and the heads still see the object

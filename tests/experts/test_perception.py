@@ -132,12 +132,13 @@ def test_each_argument_selects_its_own_landmark_keypoint(config):
     cube, pad = LANDMARKS.index("green_cube"), LANDMARKS.index("pad")
     expected = [cube, channels + cube, pad, channels + pad]  # object xy, target xy
     expected += [cube - gripper, cube - gripper, pad - gripper, pad - gripper]  # minus the gripper's
-    offsets = backbone.argument_offsets(keypoints, arguments)[0]
+    offsets = backbone.argument_offsets(keypoints, arguments, keypoints)[0]
     assert offsets[:8].tolist() == expected
     direction = math.copysign(math.sqrt(0.5), pad - cube)  # target minus object, the same in x and y
-    assert offsets[8:].tolist() == pytest.approx([direction, direction])
+    assert offsets[8:10].tolist() == pytest.approx([direction, direction])
+    assert offsets[10:].tolist() == expected[4:]  # nothing moved since the first frame
     nothing, drawer = SUBTASK_ARGUMENTS.index(""), SUBTASK_ARGUMENTS.index("drawer")
-    offsets = backbone.argument_offsets(keypoints, torch.tensor([[drawer, nothing]]))[0]
+    offsets = backbone.argument_offsets(keypoints, torch.tensor([[drawer, nothing]]), keypoints)[0]
     handle = LANDMARKS.index("drawer_handle")
     assert offsets[:4].tolist() == [handle, channels + handle, gripper, channels + gripper]
     assert offsets[6:8].tolist() == [0.0, 0.0]  # no target: the gripper, zero offset

@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from robocoach_skills import action_contract
 from robocoach_skills.composition import Composition
-from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, KEY_SUBTASK_START, OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.device import fast_dtype
 from robocoach_skills.experts.model import ChunkPolicy
 from robocoach_skills.skill_policy import ChunkExecutionConfig
@@ -155,6 +156,7 @@ def imagine_composition(
     padded = action_contract.pad(robot, np.asarray(initial_proprio, dtype=np.float32))
     proprio = torch.as_tensor(padded[state_of_row], device=device)  # (B, 8)
     world_state = world.observe(images[:, None], proprio[:, None], robot_ids)
+    start_images = images.clone()  # each row's active subtask's first frame (the experts' object memory)
     generator = torch.Generator(device=device).manual_seed(config.seed)
 
     rows = _Rows(composition, n_rows, deadlines)
@@ -173,7 +175,8 @@ def imagine_composition(
         running = rows.running
         if not running.any():
             break
-        _refill(library, queue, queued, rows, running, images, proprio, robot_ids, arguments, subtasks)
+        observed = _Observed(images, start_images, proprio, robot_ids, arguments)
+        _refill(library, queue, queued, rows, running, observed, subtasks)
         position = np.minimum(per_chunk - queued, per_chunk - 1)  # next queued action
         actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
         queued -= running
@@ -194,6 +197,7 @@ def imagine_composition(
             i = rows.index[row]
             rows.switch[row, i] = (step + 1) / fps
             rows.index[row], rows.start[row], queued[row] = i + 1, step + 1, 0
+            start_images[row] = images[row]
             if i + 1 < rows.n_subtasks:
                 online.reset_rows([row], [subtasks[i + 1]], robot)
                 rule.reset_rows([row])
@@ -279,16 +283,24 @@ def _step_world(
     return WorldState(h, state.context, state.skip_terms, state.robot_ids), images, proprio
 
 
+class _Observed(NamedTuple):
+    """What the experts read of every row: frames and subtask first frames (B, H, W, 3) uint8, proprio
+    (B, 8), robot ids (B,), and each subtask's argument ids (n_subtasks, 2)."""
+
+    images: torch.Tensor
+    start_images: torch.Tensor
+    proprio: torch.Tensor
+    robot_ids: torch.Tensor
+    arguments: torch.Tensor
+
+
 def _refill(
     library: ChunkPolicy,
     queue: torch.Tensor,
     queued: np.ndarray,
     rows: _Rows,
     running: np.ndarray,
-    images: torch.Tensor,
-    proprio: torch.Tensor,
-    robot_ids: torch.Tensor,
-    arguments: torch.Tensor,
+    observed: _Observed,
     subtasks,
 ) -> None:
     """Ask each running row's active expert for a new chunk where the row's queue is empty."""
@@ -297,10 +309,11 @@ def _refill(
         group = np.nonzero(need & (rows.index == index))[0]
         sel = torch.as_tensor(group, device=queue.device)
         obs = {
-            OBS_IMAGE: images[sel].permute(0, 3, 1, 2).float() / 255.0,
-            OBS_PROPRIO: proprio[sel],
-            KEY_ROBOT_ID: robot_ids[sel],
-            KEY_ARGUMENTS: arguments[index].expand(len(group), -1),
+            OBS_IMAGE: observed.images[sel].permute(0, 3, 1, 2).float() / 255.0,
+            KEY_SUBTASK_START: observed.start_images[sel].permute(0, 3, 1, 2).float() / 255.0,
+            OBS_PROPRIO: observed.proprio[sel],
+            KEY_ROBOT_ID: observed.robot_ids[sel],
+            KEY_ARGUMENTS: observed.arguments[index].expand(len(group), -1),
         }
         chunk, _ = library.select_action(obs, subtasks[index].skill)  # (G, K, 8)
         queue[sel] = chunk[:, : queue.shape[1]].to(queue.dtype)

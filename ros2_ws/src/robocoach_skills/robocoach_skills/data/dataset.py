@@ -12,6 +12,8 @@ Sample keys (shapes without the batch axis; with history > 1 image and proprio g
 (history,) axis, oldest first, padded by repeating the episode's first frame):
 
     image          (3, H, W) float32    frame t, RGB in [0, 1]
+    subtask_start_image (3, H, W) f32   the first frame of the active subtask's segment (the experts'
+                                        object memory, ExpertConfig.argument_memory)
     proprio        (D,) float32         joint positions [rad] + gripper opening at t
     action_chunk   (chunk_len, D) f32   actions t .. t+chunk_len-1, the last one repeated past the end
     action_mask    (chunk_len,) bool    True where action_chunk holds a real (not repeated) action
@@ -49,6 +51,7 @@ from robocoach_skills.constants import (
     KEY_ROBOT_ID,
     KEY_SKILL,
     KEY_SUBTASK_INDEX,
+    KEY_SUBTASK_START,
     OBS_IMAGE,
     OBS_PROPRIO,
     ROBOTS,
@@ -105,6 +108,18 @@ def done_flags(subtask_index: np.ndarray, progress: np.ndarray, success: bool) -
     return done
 
 
+def segment_starts(subtask_index: np.ndarray) -> np.ndarray:
+    """(T,) int64: for each frame, the first frame of its subtask segment.
+
+    >>> segment_starts(np.array([0, 0, 1, 1, 1, 2])).tolist()
+    [0, 0, 2, 2, 2, 5]
+    """
+    changed = np.flatnonzero(np.diff(subtask_index)) + 1
+    starts = np.zeros(len(subtask_index), dtype=np.int64)
+    starts[changed] = changed
+    return np.maximum.accumulate(starts)
+
+
 class EpisodeDataset(Dataset):
     """Every step of every matching episode in a store, as a dict of tensors (keys: module docstring).
 
@@ -121,7 +136,7 @@ class EpisodeDataset(Dataset):
             metas = [m for m in metas if m.episode_id in wanted]
         self.episode_ids = [m.episode_id for m in metas]
         self._starts = np.cumsum([0] + [m.length for m in metas])  # sample index of each episode's step 0
-        self._cache: OrderedDict[str, tuple[Episode, np.ndarray]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Episode, np.ndarray, np.ndarray]] = OrderedDict()
         self._cached_bytes = 0
 
     def __len__(self) -> int:
@@ -132,7 +147,7 @@ class EpisodeDataset(Dataset):
             raise IndexError(f"sample {index} out of range for a dataset of {len(self)}")
         k = int(np.searchsorted(self._starts, index, side="right")) - 1
         episode_id, t = self.episode_ids[k], index - int(self._starts[k])
-        episode, done = self._load(episode_id)
+        episode, done, segment_start = self._load(episode_id)
         c = self.config
         n = len(episode)
 
@@ -143,10 +158,12 @@ class EpisodeDataset(Dataset):
         action_chunk = torch.from_numpy(episode.actions[np.minimum(steps, n - 1)])  # (chunk_len, D)
         if c.history == 1:
             images, proprio = images[0], proprio[0]
+        start = torch.from_numpy(episode.images[segment_start[t]]).permute(2, 0, 1).float() / 255.0
 
         subtask = episode.composition.subtasks[int(episode.subtask_index[t])]
         sample = {
             OBS_IMAGE: images,
+            KEY_SUBTASK_START: start,
             OBS_PROPRIO: proprio,
             KEY_ACTION_CHUNK: action_chunk,
             KEY_ACTION_MASK: torch.from_numpy(steps < n),
@@ -166,14 +183,15 @@ class EpisodeDataset(Dataset):
             sample[KEY_CHANNEL_MASK] = torch.from_numpy(action_contract.channel_mask(robot))
         return sample
 
-    def _load(self, episode_id: str) -> tuple[Episode, np.ndarray]:
-        """The decoded episode and its done flags, through a per-process LRU cache (the newest stays)."""
+    def _load(self, episode_id: str) -> tuple[Episode, np.ndarray, np.ndarray]:
+        """The decoded episode, its done flags and segment starts, through a per-process LRU cache (the
+        newest stays)."""
         if episode_id in self._cache:
             self._cache.move_to_end(episode_id)
             return self._cache[episode_id]
         episode = self.store.get(episode_id)
         done = done_flags(episode.subtask_index, episode.progress, episode.success)
-        self._cache[episode_id] = (episode, done)
+        self._cache[episode_id] = (episode, done, segment_starts(episode.subtask_index))
         self._cached_bytes += _nbytes(episode)
         while self._cached_bytes > self.config.cache_mb * 1e6 and len(self._cache) > 1:
             self._cached_bytes -= _nbytes(self._cache.popitem(last=False)[1][0])

@@ -25,6 +25,9 @@ DENSE_LAYERS: tuple[str, ...] = ("proprio", "fuse", "trunk")
 ARGUMENT_KEYPOINT_DIM = 8
 # ... and with `argument_direction` (default) the unit vector from the object's keypoint to the target's.
 ARGUMENT_DIRECTION_DIM = 2
+# ... and with `argument_memory` (default) object xy and target xy in the subtask's first frame, each minus
+# the gripper's now.
+ARGUMENT_MEMORY_DIM = 4
 # The hand pose a head reads with `hand_skip`: x, y, z [m], cos and sin of the closing-axis yaw, gripper
 # (model.ChunkPolicy.hand_inputs).
 HAND_INPUT_DIM = 6
@@ -36,6 +39,7 @@ LEGACY_VALUES: dict[str, Any] = {
     "hand_skip": False,
     "argument_direction": False,
     "keypoint_stride": 2,
+    "argument_memory": False,
 }
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
 #   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
@@ -70,6 +74,11 @@ class ExpertConfig:
     # The argument keypoints also give the unit direction from the object to the target (for a push,
     # which side "behind" is; for the drawer, whose target is the gripper, from the handle to the hand).
     argument_direction: bool = True
+    # The argument keypoints also say where the object and target were in the frame the subtask started
+    # from (relative to the gripper now): a cube the hovering hand covers from the camera is still
+    # there. A head reading the cube's first-frame keypoint picks 14 of 16 against 10 of 16 from the
+    # current frame's (scripts/pick_localization.py, session 31).
+    argument_memory: bool = True
     # Every head also reads the hand pose the proprio puts the hand at (forward kinematics), where its
     # hand motions start from. Alone, it kept a push expert's fingertips off the table but did not make
     # it push, and a press update got worse (session 22). With `argument_direction`, fresh Franka
@@ -134,10 +143,9 @@ class ExpertConfig:
             raise ValueError(
                 f"norm_groups={self.norm_groups!r} must divide conv_channels {self.conv_channels!r}"
             )
-        if self.argument_direction and not self.argument_keypoints:
-            raise ValueError(
-                "argument_direction is part of the argument keypoints: it needs argument_keypoints"
-            )
+        for name in ("argument_direction", "argument_memory"):
+            if getattr(self, name) and not self.argument_keypoints:
+                raise ValueError(f"{name} is part of the argument keypoints: it needs argument_keypoints")
         if self.keypoint_skip and not self.argument_keypoints:
             raise ValueError("keypoint_skip passes the argument keypoints on: it needs argument_keypoints")
         if self.conv_kernel % 2 == 0:
@@ -186,7 +194,8 @@ class ExpertConfig:
         """Width of the argument keypoints (model.Backbone.argument_offsets); 0 without them."""
         if not self.argument_keypoints:
             return 0
-        return ARGUMENT_KEYPOINT_DIM + (ARGUMENT_DIRECTION_DIM if self.argument_direction else 0)
+        direction = ARGUMENT_DIRECTION_DIM if self.argument_direction else 0
+        return ARGUMENT_KEYPOINT_DIM + direction + (ARGUMENT_MEMORY_DIM if self.argument_memory else 0)
 
     @property
     def action_channels(self) -> int:
@@ -211,6 +220,7 @@ class ExpertConfig:
             "argument_keypoints",
             "keypoint_skip",
             "argument_direction",
+            "argument_memory",
             "hand_skip",
             "lora_rank",
             "lora_alpha",

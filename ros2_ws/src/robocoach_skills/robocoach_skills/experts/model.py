@@ -5,9 +5,10 @@
     robot_id (B,) -> embedding -------------------------------+                   |
     arguments (B,2) object/target -> embedding ---------------+                   |
     keypoints of the arguments' landmarks, direction (B,10) --+-------------------+ (keypoint_skip)
+      ... and in the subtask's first frame (B,4) -------------+  (argument_memory)  |
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features (B,144: 128 + 10 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
+    features (B,148: 128 + 14 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
@@ -53,6 +54,7 @@ from robocoach_skills.constants import (
     KEY_DONE,
     KEY_ROBOT_ID,
     KEY_SKILL,
+    KEY_SUBTASK_START,
     LANDMARKS,
     OBS_IMAGE,
     OBS_PROPRIO,
@@ -65,7 +67,8 @@ from robocoach_skills.kinematics import HAND_POSE_DIM, ArmKinematics, wrap
 from robocoach_skills.sim.ik import IKConfig
 
 Batch = Mapping[str, Any]
-OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads
+OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads (and, with
+# argument_memory, KEY_SUBTASK_START)
 SKILL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # Keypoint distance under which the object-to-target direction is not normalised (an argument without a
 # target names the gripper; the frame spans 2 keypoint units, so a pixel is about 0.03).
@@ -148,6 +151,7 @@ class Backbone(nn.Module):
         self.trunk = LoRALinear(c.embed_dim, c.embed_dim)
         self.keypoint_skip = c.keypoint_skip
         self.argument_direction = c.argument_direction
+        self.argument_memory = c.argument_memory
 
     def new_adapter(self) -> LoRAAdapter:
         """A fresh (identity) adapter for the configured `lora_layers`, on the current default device."""
@@ -174,21 +178,27 @@ class Backbone(nn.Module):
         x = self.feature_map(image, adapter)
         return self.keypoints(x), x.mean(dim=(2, 3))
 
-    def argument_offsets(self, keypoints: torch.Tensor, arguments: torch.Tensor) -> torch.Tensor:
+    def argument_offsets(
+        self, keypoints: torch.Tensor, arguments: torch.Tensor, start_keypoints: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Keypoints (B, 2C), arguments (B, 2) -> (B, argument_dim): object xy, target xy, each minus the
-        gripper's, and with `argument_direction` the unit vector from object to target.
+        gripper's, with `argument_direction` the unit vector from object to target, and with
+        `argument_memory` object xy and target xy in `start_keypoints` (the subtask's first frame),
+        each minus the gripper's now.
 
         One press expert serves both buttons and one pick expert every cube: picking *the* landmark
         keypoint its arguments name is a gating an MLP learns poorly from ten demos, so it is done here.
         """
-        c = keypoints.shape[1] // 2
-        xy = torch.stack([keypoints[:, :c], keypoints[:, c:]], dim=-1)  # (B, C, 2)
-        rows = torch.arange(len(xy), device=xy.device)[:, None]
-        named = xy[rows, self.argument_landmark[arguments]]  # (B, 2, 2): object, target
-        gripper = xy[:, LANDMARKS.index("gripper")][:, None]  # (B, 1, 2)
+        landmarks = self.argument_landmark[arguments]  # (B, 2): object, target
+        named = _keypoint_xy(keypoints, landmarks)  # (B, 2, 2)
+        gripper = _keypoint_xy(keypoints, LANDMARKS.index("gripper"))[:, None]  # (B, 1, 2)
         parts = [named.flatten(1), (named - gripper).flatten(1)]
         if self.argument_direction:
             parts.append(F.normalize(named[:, 1] - named[:, 0], dim=-1, eps=DIRECTION_EPS))
+        if self.argument_memory:
+            if start_keypoints is None:
+                raise ValueError("argument_memory needs the keypoints of the subtask's first frame")
+            parts.append((_keypoint_xy(start_keypoints, landmarks) - gripper).flatten(1))
         return torch.cat(parts, dim=-1)
 
     def vision_parameters(self) -> list[nn.Parameter]:
@@ -202,7 +212,10 @@ class Backbone(nn.Module):
         robot_id: torch.Tensor,
         arguments: torch.Tensor,
         adapter: LoRAAdapter | None = None,
+        start_image: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """`start_image` (B, 3, H, W): the frame the subtask started from (needed with argument_memory)."""
+
         def lora(name: str) -> LowRank | None:
             return adapter.get(name) if adapter is not None else None
 
@@ -212,11 +225,26 @@ class Backbone(nn.Module):
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
         parts = [keypoints, pooled, p, r, a]
         if self.argument_keypoints:
-            offsets = self.argument_offsets(keypoints, arguments)  # (B, ARGUMENT_KEYPOINT_DIM)
+            start = None
+            if self.argument_memory:
+                if start_image is None:
+                    raise ValueError(f"argument_memory needs the subtask's first frame ({KEY_SUBTASK_START})")
+                start = self.vision(start_image, adapter)[0]
+            offsets = self.argument_offsets(keypoints, arguments, start)  # (B, argument_dim)
             parts.append(offsets)
         h = F.relu(self.fuse(torch.cat(parts, dim=-1), lora("fuse")))  # (B, embed_dim)
         features = F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
         return torch.cat([features, offsets], dim=-1) if self.keypoint_skip else features  # (B, backbone_dim)
+
+
+def _keypoint_xy(keypoints: torch.Tensor, channels: torch.Tensor | int) -> torch.Tensor:
+    """Keypoints (B, 2C) (all x, then all y) -> xy of `channels` per row: (B, N) ids -> (B, N, 2), an
+    int -> (B, 2)."""
+    c = keypoints.shape[1] // 2
+    xy = torch.stack([keypoints[:, :c], keypoints[:, c:]], dim=-1)  # (B, C, 2)
+    if isinstance(channels, int):
+        return xy[:, channels]
+    return xy[torch.arange(len(xy), device=xy.device)[:, None], channels]
 
 
 class ActionHead(nn.Module):
@@ -353,7 +381,8 @@ class ChunkPolicy(nn.Module, ABC):
     ) -> torch.Tensor:
         """What a head reads (B, config.feature_dim): `backbone`'s features, then the hand pose with
         `hand_skip`."""
-        features = backbone(obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter)
+        image, start = obs[OBS_IMAGE], obs.get(KEY_SUBTASK_START)
+        features = backbone(image, obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter, start)
         if not self.config.hand_skip:
             return features
         return torch.cat([features, self.hand_inputs(obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])], dim=-1)
@@ -374,10 +403,17 @@ class ChunkPolicy(nn.Module, ABC):
         batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         self._check_obs(batch)
         if self.config.shift_pixels:
-            batch = {**batch, OBS_IMAGE: random_shift(batch[OBS_IMAGE], self.config.shift_pixels)}
+            batch = {**batch, **self._shifted(batch)}
         delta, done_logit = self.predict(batch, skill)
         target, mask = self.delta_targets(batch)
         return chunk_loss(delta, done_logit, target, mask, self.action_scales, batch[KEY_DONE], self.config)
+
+    def _shifted(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The batch's frames randomly shifted (`random_shift`); a subtask's first frame moves with its
+        frame, so that the remembered object keeps its place relative to the gripper now."""
+        keys = [k for k in (OBS_IMAGE, KEY_SUBTASK_START) if k in batch]
+        shifted = random_shift(torch.cat([batch[k] for k in keys], dim=1), self.config.shift_pixels)
+        return dict(zip(keys, shifted.split(self.config.image_channels, dim=1), strict=True))
 
     def delta_targets(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The recorded chunk as the deltas a head predicts (B, K, C), and which of them count (B, K, C):
@@ -422,7 +458,11 @@ class ChunkPolicy(nn.Module, ABC):
 
     def _observation(self, obs: Batch) -> dict[str, torch.Tensor]:
         """What `select_action` reads of `obs`, on the library's device, checked."""
-        obs = {k: obs[k].to(self.device) for k in OBS_KEYS}
+        keys = (*OBS_KEYS, KEY_SUBTASK_START) if self.config.argument_memory else OBS_KEYS
+        missing = [k for k in keys if k not in obs]
+        if missing:
+            raise ValueError(f"observation batch lacks {missing}")
+        obs = {k: obs[k].to(self.device) for k in keys}
         self._check_obs(obs)
         return obs
 
@@ -440,8 +480,11 @@ class ChunkPolicy(nn.Module, ABC):
     def _check_obs(self, obs: Batch) -> None:
         image, proprio, robot = obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
         b, c, s = image.shape[0], self.config.image_channels, self.config.image_size
-        if tuple(image.shape) != (b, c, s, s):
-            raise ValueError(f"image must be (B, {c}, {s}, {s}) float in [0, 1], got {tuple(image.shape)}")
+        for key in (OBS_IMAGE, KEY_SUBTASK_START):
+            if key in obs and tuple(obs[key].shape) != (b, c, s, s):
+                raise ValueError(
+                    f"{key} must be (B, {c}, {s}, {s}) float in [0, 1], got {tuple(obs[key].shape)}"
+                )
         if tuple(proprio.shape) != (b, ACTION_DIM) or tuple(robot.shape) != (b,):
             raise ValueError(
                 f"proprio must be (B, {ACTION_DIM}) padded and robot_id (B,), "
