@@ -1,7 +1,7 @@
 """Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run, for
-the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map), experts
-acting in joint space, and experts reading keypoints from an 8x8 map (last conv of stride 2, the
-default until session 31), side by side.
+the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map; the
+subtask's first frame read too), experts acting in joint space, experts without that memory, and the
+experts as they were until session 31 (keypoints from an 8x8 map, no memory), side by side.
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
 default ExpertConfig at 64x64 on random frames: the network cost does not depend on the values. The
@@ -95,7 +95,8 @@ def main(args: Args) -> None:
     variants = {
         "default": ExpertConfig(),
         "joint space": ExpertConfig(action_space="joint"),
-        "8x8 keypoints": ExpertConfig(keypoint_stride=2),
+        "no memory": ExpertConfig(argument_memory=False),
+        "before session 31": ExpertConfig(keypoint_stride=2, argument_memory=False),
     }
     results = {}
     for name, config in variants.items():
