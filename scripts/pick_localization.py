@@ -17,7 +17,9 @@ gives and what a head can do with it:
      can fail),
    - `current`: this frame's keypoint (what the experts read now),
    - `memory`: the first frame's keypoint, kept for the whole trial (the cube does not move before
-     it is grasped).
+     it is grasped),
+   - `keypoints`: no table-plane mapping, what the experts read (`Backbone.argument_offsets`): the
+     cube's keypoint minus the gripper's, now and in the first frame, in image coordinates.
 
 Learning code only (no ROS); results go to `<out>/results.json` and are printed as a table.
 
@@ -56,7 +58,9 @@ from robocoach_skills.sim.ik import IKConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_world.coach.probe import PROBE_SEED_BASE, probed_composition
 
-SOURCES = ("truth", "current", "memory")
+SOURCES = ("truth", "current", "memory", "keypoints")
+METRIC = ("truth", "current", "memory")  # sources that give the cube's position in metres
+VISION_MODULES = ("convs", "norms", "keypoints")  # the backbone's modules the perception prior trains
 
 
 @dataclass
@@ -114,23 +118,28 @@ class CubeLocator:
     """The backbone's keypoint of the cube, as a point on the plane of the cube's centre."""
 
     def __init__(self, library: ExpertLibrary, scene: SimScene, cube: str, height: float) -> None:
-        self.library, self.channel, self.height = library, LANDMARKS.index(cube), height
+        self.library, self.height = library, height
+        self.channels = [LANDMARKS.index(cube), LANDMARKS.index("gripper")]
         size = scene.config.image_size
         self.size, self.features = size, backbone_feature_size(size, library.backbone.strides)
         self.homography = plane_homography(scene, height)
 
     @torch.inference_mode()
-    def __call__(self, images: np.ndarray) -> np.ndarray:
-        """Frames (N, H, W, 3) uint8 -> cube positions (N, 3) [m]."""
+    def keypoints(self, images: np.ndarray) -> np.ndarray:
+        """Frames (N, H, W, 3) uint8 -> the cube's and the gripper's keypoints (N, 2, 2), in [-1, 1]."""
         out = []
         for start in range(0, len(images), 256):
             x = torch.from_numpy(images[start : start + 256]).permute(0, 3, 1, 2).float() / 255.0
             keypoints, _ = self.library.backbone.vision(x)
             c = keypoints.shape[1] // 2
-            k = torch.stack([keypoints[:, self.channel], keypoints[:, c + self.channel]], dim=-1).numpy()
-            cells = (k + 1.0) / 2.0 * (self.features - 1)  # inverse of perception.keypoint_coordinates
-            out.append(to_plane(self.homography, (cells + 0.5) * self.size / self.features))
-        xy = np.concatenate(out)
+            out.append(torch.stack([keypoints[:, self.channels], keypoints[:, c:][:, self.channels]], -1))
+        return torch.cat(out).numpy()
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        """Frames (N, H, W, 3) uint8 -> cube positions (N, 3) [m]."""
+        # The inverse of perception.keypoint_coordinates.
+        cells = (self.keypoints(images)[:, 0] + 1.0) / 2.0 * (self.features - 1)
+        xy = to_plane(self.homography, (cells + 0.5) * self.size / self.features)
         return np.concatenate([xy, np.full((len(xy), 1), self.height)], axis=1)
 
 
@@ -150,19 +159,21 @@ def record_demos(scene: SimScene, composition: Composition, config: Config) -> l
 
 
 class PickHead(nn.Module):
-    """(cube - hand xyz, hand inputs) -> the chunk's hand motions (K, 5)."""
+    """(cube - hand xyz, or the image-plane offsets of `frame_features`; hand inputs) -> the chunk's hand
+    motions (K, 5)."""
 
-    def __init__(self, library: ExpertLibrary, hidden: int) -> None:
+    def __init__(self, library: ExpertLibrary, hidden: int, metric: bool) -> None:
         super().__init__()
-        self.library = library
+        self.library, self.metric = library, metric
         k, c = library.config.chunk_len, library.config.action_channels
-        self.net = nn.Sequential(nn.Linear(3 + 6, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        width = (3 if metric else 4) + 6
+        self.net = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.out = nn.Linear(hidden, k * c)
         self.shape = (k, c)
 
-    def inputs(self, cube: torch.Tensor, proprio: torch.Tensor, robot: torch.Tensor) -> torch.Tensor:
+    def inputs(self, features: torch.Tensor, proprio: torch.Tensor, robot: torch.Tensor) -> torch.Tensor:
         hand = self.library.hand_inputs(proprio, robot)  # (B, 6): x, y, z, cos, sin, gripper
-        return torch.cat([cube - hand[:, :3], hand], dim=-1)
+        return torch.cat([features - hand[:, :3] if self.metric else features, hand], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(self.net(x)).view(-1, *self.shape)
@@ -176,25 +187,28 @@ def chunks(episode: Episode, k: int) -> tuple[np.ndarray, np.ndarray]:
     return actions[index], (np.arange(t)[:, None] + np.arange(k)[None]) < t
 
 
-def cube_inputs(demos: list[Demo], locate: CubeLocator, source: str) -> list[np.ndarray]:
-    """Per demo, the cube position (T, 3) the head reads at each frame under `source`."""
-    out = []
-    for demo in demos:
-        t = len(demo.episode)
-        if source == "truth":
-            out.append(np.repeat(demo.cube[None], t, axis=0))
-        elif source == "memory":
-            out.append(np.repeat(locate(demo.episode.images[:1]), t, axis=0))
-        else:
-            out.append(locate(demo.episode.images))
-    return out
+def frame_features(
+    locate: CubeLocator, source: str, images: np.ndarray, first: np.ndarray, truth: np.ndarray
+) -> np.ndarray:
+    """What the head reads of the cube at each of `images` (N, H, W, 3), given the trial's first frame
+    (H, W, 3) and the cube's true position (3,): (N, 3) positions, or (N, 4) for "keypoints"."""
+    if source == "truth":
+        return np.repeat(truth[None], len(images), axis=0)
+    if source == "memory":
+        return np.repeat(locate(first[None]), len(images), axis=0)
+    if source == "current":
+        return locate(images)
+    now = locate.keypoints(images)  # (N, 2, 2): cube, gripper
+    then = locate.keypoints(first[None])[0, 0]
+    return np.concatenate([now[:, 0] - now[:, 1], then[None] - now[:, 1]], axis=1)
 
 
 def train_head(
-    library: ExpertLibrary, demos: list[Demo], cubes: list[np.ndarray], config: Config
+    library: ExpertLibrary, demos: list[Demo], locate: CubeLocator, source: str, config: Config
 ) -> PickHead:
     torch.manual_seed(config.seed)
-    head = PickHead(library, config.head_hidden)
+    head = PickHead(library, config.head_hidden, metric=source in METRIC)
+    features = [frame_features(locate, source, d.episode.images, d.episode.images[0], d.cube) for d in demos]
     k, robot = library.config.chunk_len, action_contract.robot_id(config.robot)
     parts = [chunks(d.episode, k) for d in demos]
     proprio = np.concatenate(
@@ -209,7 +223,7 @@ def train_head(
     with torch.no_grad():
         target, mask = library.delta_targets(batch)
         x = head.inputs(
-            torch.from_numpy(np.concatenate(cubes)).float(), batch[OBS_PROPRIO], batch[KEY_ROBOT_ID]
+            torch.from_numpy(np.concatenate(features)).float(), batch[OBS_PROPRIO], batch[KEY_ROBOT_ID]
         )
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.head_lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
@@ -239,13 +253,12 @@ def deploy(
         obs = scene.reset(composition, seed)
         scene.start_subtask(0)
         truth = np.array(scene.privileged_state()["objects"][config.cube]["pos"], dtype=np.float64)
-        memory = locate(obs["image"][None])[0]
+        first = obs["image"]
         done, step = False, 0
         while step < config.deadline and not done:
             proprio = torch.from_numpy(action_contract.pad(config.robot, obs["proprio"])).float()[None]
-            cube = {"truth": truth, "memory": memory}.get(source)
-            cube = locate(obs["image"][None])[0] if cube is None else cube
-            delta = head(head.inputs(torch.from_numpy(cube).float()[None], proprio, robot))  # (1, K, 5)
+            features = frame_features(locate, source, obs["image"][None], first, truth)
+            delta = head(head.inputs(torch.from_numpy(features).float(), proprio, robot))  # (1, K, 5)
             hand = library.kinematics.hand_pose(proprio, robot)[:, None] + delta
             start = proprio[:, None].expand(-1, library.config.chunk_len, -1)
             joints = library.kinematics.solve_top_down(
@@ -288,7 +301,8 @@ def run_size(size: int, config: Config) -> dict:
     )  # the prior is the slow part: reuse it (same --out, same run)
     if cache.exists():
         saved = torch.load(cache, weights_only=True)
-        library.backbone.load_state_dict(saved["state"])
+        vision = {k: v for k, v in saved["state"].items() if k.split(".")[0] in VISION_MODULES}
+        library.backbone.load_state_dict(vision, strict=False)  # only the prior: the rest is not read
         prior = saved["prior"]
     else:
         frames = render_landmark_frames(config.robot, config.perception, size)
@@ -303,7 +317,7 @@ def run_size(size: int, config: Config) -> dict:
         locate = CubeLocator(library, scene, config.cube, height)
         result = {"size": size, "prior": prior, "localisation": localisation(demos, locate), "picked": {}}
         for source in config.sources:
-            head = train_head(library, demos, cube_inputs(demos, locate, source), config)
+            head = train_head(library, demos, locate, source, config)
             picked = deploy(head, scene, composition, locate, source, config)
             result["picked"][source] = int(sum(picked))
             print(f"{size}px {source}: {sum(picked)}/{len(picked)} picked", flush=True)
