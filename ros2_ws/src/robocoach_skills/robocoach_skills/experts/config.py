@@ -111,7 +111,7 @@ class ExpertConfig:
     # Training.
     # Training-time random shift of frames (pad + random crop, as in DrQ); 0 = off. Off by default: a
     # shift moves every keypoint by up to that many pixels (4 px: 7 cm at the table) while the hand pose
-    # a head reads stays put; with 4, a 50-demo pick update picked 0 of 16, without, 4-5 (session 31).
+    # a head reads stays put; with 4, a 50-demo pick update picked 0 of 16, without, 3-5 (session 31).
     shift_pixels: int = 0
     freeze_backbone: bool = True  # after pretraining, adapter updates leave the backbone untouched
     lr: float = 1e-3  # AdamW learning rate (pretraining and adapter updates)
