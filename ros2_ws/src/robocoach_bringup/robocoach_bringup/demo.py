@@ -87,11 +87,15 @@ class DemoConfig:
     quick: bool = False  # the small profile: fewer demos, rollouts and rounds
     image_size: int = 64  # camera image edge [px] for every stage
     seed: int = 0  # seeds every stage
+    until: str = ""  # stop after this stage (e.g. offboard_models: the inputs of `robocoach experiment`)
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.robots if r not in ROBOTS]
         if unknown:
             raise ValueError(f"unknown robots {unknown}; known robots: {', '.join(ROBOTS)}")
+        names = [stage.name for stage in STAGES]
+        if self.until and self.until not in names:
+            raise ValueError(f"unknown stage {self.until!r} for --until; stages: {', '.join(names)}")
 
     @property
     def profile(self) -> Profile:
@@ -112,7 +116,7 @@ class Stage:
 @dataclass
 class StageResult:
     name: str
-    status: str  # "done", "missing" or "failed"
+    status: str  # "done", "missing", "failed" or "not run" (after --until)
     seconds: float = 0.0
     results: dict = field(default_factory=dict)
     note: str = ""
@@ -153,6 +157,9 @@ def run_demo(config: DemoConfig, stages: tuple[Stage, ...] = STAGES) -> list[Sta
     results: dict = {}
     outcomes: list[StageResult] = []
     for stage in stages:
+        if config.until in [o.name for o in outcomes]:
+            outcomes.append(StageResult(stage.name, "not run", note=f"--until {config.until}"))
+            continue
         if stage.run is None:
             log.warning(
                 "stage %-18s MISSING: %s (comes with: %s)", stage.name, stage.summary, stage.missing_until
