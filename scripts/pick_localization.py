@@ -46,10 +46,9 @@ from robocoach_skills.constants import KEY_ACTION_CHUNK, KEY_ACTION_MASK, KEY_RO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.evaluation import evaluation_seeds
 from robocoach_skills.experts.config import ExpertConfig
-from robocoach_skills.experts.model import ExpertLibrary
+from robocoach_skills.experts.model import ExpertLibrary, backbone_feature_size
 from robocoach_skills.experts.perception import (
     PerceptionConfig,
-    backbone_feature_size,
     pretrain_vision,
     render_landmark_frames,
 )

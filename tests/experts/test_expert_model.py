@@ -151,8 +151,8 @@ def test_argument_direction_is_the_unit_vector_from_object_to_target(config):
     from robocoach_skills.constants import ARGUMENT_LANDMARKS, LANDMARKS, SUBTASK_ARGUMENTS
 
     config, with_direction = (
-        replace(config, argument_direction=False, argument_memory=False),
-        replace(config, argument_direction=True, argument_memory=False),
+        replace(config, argument_direction=False, argument_memory=False, argument_table=False),
+        replace(config, argument_direction=True, argument_memory=False, argument_table=False),
     )
     assert with_direction.backbone_dim == config.backbone_dim + 2
     backbone = ExpertLibrary(with_direction, skills=("push",)).backbone
@@ -180,6 +180,7 @@ def test_argument_memory_is_where_object_and_target_were_at_the_start_relative_t
 
     from robocoach_skills.constants import LANDMARKS, SUBTASK_ARGUMENTS
 
+    config = replace(config, argument_table=False)
     backbone = ExpertLibrary(replace(config, argument_memory=True), skills=("pick",)).backbone
     without = ExpertLibrary(replace(config, argument_memory=False), skills=("pick",)).backbone
     c = len(LANDMARKS)
@@ -220,12 +221,12 @@ def test_heads_read_the_argument_keypoints_past_the_shared_layers(config):
         lib.backbone.trunk.weight.zero_()  # the shared path carries nothing ...
         lib.backbone.trunk.bias.zero_()
     batch = synthetic_batch(config, ("franka", "piper"))
-    start = batch["subtask_start_image"]
-    features = lib.backbone(
-        batch["image"], batch["proprio"], batch["robot_id"], batch["arguments"], None, start
-    )
+    start, robot = batch["subtask_start_image"], batch["robot_id"]
+    hand_xy = lib.hand_inputs(batch["proprio"], robot)[:, :2]
+    features = lib.backbone(batch["image"], batch["proprio"], robot, batch["arguments"], None, start, hand_xy)
     keypoints, _ = lib.backbone.vision(batch["image"])
-    skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"], lib.backbone.vision(start)[0])
+    start_keypoints = lib.backbone.vision(start)[0]
+    skipped = lib.backbone.argument_offsets(keypoints, batch["arguments"], start_keypoints, robot, hand_xy)
     assert features.shape == (2, config.backbone_dim) == (2, config.embed_dim + skipped.shape[1])
     assert torch.equal(features[:, : config.embed_dim], torch.zeros(2, config.embed_dim))
     assert torch.equal(features[:, config.embed_dim :], skipped)  # ... and the heads still see the object

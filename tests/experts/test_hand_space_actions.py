@@ -140,7 +140,8 @@ def test_heads_read_the_hand_pose_past_the_backbone(config):
     batch = synthetic_batch(config, ROBOTS)
     image, proprio, robot, arguments = (batch[k] for k in (OBS_IMAGE, OBS_PROPRIO, "robot_id", "arguments"))
     with torch.no_grad():
-        backbone = lib.backbone(image, proprio, robot, arguments, None, batch["subtask_start_image"])
+        hand_xy = lib.hand_inputs(proprio, robot)[:, :2]
+        backbone = lib.backbone(image, proprio, robot, arguments, None, batch["subtask_start_image"], hand_xy)
         features = lib.head_features(lib.backbone, batch)
     width = config.backbone_dim
     assert backbone.shape[1] == width

@@ -12,11 +12,10 @@ from expert_helpers import clone_state, cpu_state, synthetic_batch
 from robocoach_skills.constants import SUBTASK_ARGUMENTS
 from robocoach_skills.experts import ExpertLibrary, pretrain
 from robocoach_skills.experts.config import ExpertConfig
-from robocoach_skills.experts.model import SpatialSoftArgmax
+from robocoach_skills.experts.model import SpatialSoftArgmax, backbone_feature_size
 from robocoach_skills.experts.perception import (
     LANDMARKS,
     PerceptionConfig,
-    backbone_feature_size,
     heatmap_loss,
     keypoint_coordinates,
     landmark_loss,
@@ -124,6 +123,7 @@ def test_pretrain_leaves_frozen_parameters_bit_identical(config):
 
 
 def test_each_argument_selects_its_own_landmark_keypoint(config):
+    config.argument_table = False  # the image-plane inputs alone (test_table_plane.py: the rest)
     backbone = ExpertLibrary(config, skills=("pick",)).backbone
     channels = config.conv_channels[-1]
     keypoints = torch.arange(2.0 * channels)[None]  # channel k at (k, channels + k)

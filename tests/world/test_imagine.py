@@ -171,3 +171,30 @@ def test_a_step_moves_only_the_running_rows(models):
     assert torch.equal(new_proprio[1], proprio[1])
     assert not torch.equal(after.h[0], state.h[0]) and not torch.equal(new_proprio[2], proprio[2])
     assert after.skip_terms is state.skip_terms and new_images.shape == images.shape
+
+
+def test_each_row_s_first_frame_is_looked_at_once_per_subtask():
+    """Imagination remembers each row's first-frame keypoints from its first refill in a subtask, and
+    looks again only at rows that switched."""
+    from robocoach_world.imagine import _Memory
+
+    class Looking:
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+
+        def start_keypoints(self, frames: torch.Tensor, skill: str) -> torch.Tensor:
+            self.rows += [int(v) for v in frames[:, 0, 0, 0] * 255]  # each frame's row, written in it
+            return frames[:, 0, 0, :2]  # (N, 2): "keypoints" that say which frame they came from
+
+    frames = torch.zeros(4, 2, 2, 3, dtype=torch.uint8)
+    frames[:, 0, 0, 0] = torch.arange(4, dtype=torch.uint8)
+    memory, library = _Memory(frames.clone(), np.zeros(4, dtype=bool)), Looking()
+    first = memory.keypoints_of(library, np.array([0, 2]), "pick")
+    again = memory.keypoints_of(library, np.array([0, 1, 2]), "pick")
+    assert library.rows == [0, 2, 1]
+    torch.testing.assert_close(again[[0, 2]], first)
+    switched = frames[3].clone()
+    switched[0, 0, 0] = 9
+    memory.forget(2, switched)  # row 2 starts its next subtask on another frame
+    after = memory.keypoints_of(library, np.array([0, 1, 2]), "place")
+    assert library.rows == [0, 2, 1, 9] and after[2, 0] * 255 == pytest.approx(9)

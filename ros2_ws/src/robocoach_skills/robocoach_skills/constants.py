@@ -26,6 +26,8 @@ KEY_ROBOT_ID = "robot_id"  # () index into ROBOTS
 KEY_SKILL = "skill"  # skill name of the active subtask (batched: list of names or long indices)
 KEY_ARGUMENTS = "arguments"  # (2,) long: SUBTASK_ARGUMENTS ids of the active subtask's object and target
 KEY_SUBTASK_START = "subtask_start_image"  # (3, H, W) the frame the active subtask started from, in [0, 1]
+# (2C,) its keypoints as the experts see them (ChunkPolicy.start_keypoints): computed once per subtask
+KEY_SUBTASK_START_KEYPOINTS = "subtask_start_keypoints"
 
 # Scene names a subtask's object/target may take, known to the experts (index 0: none). One press
 # expert serves "press red_button" and "press green_button": the argument tells it which.

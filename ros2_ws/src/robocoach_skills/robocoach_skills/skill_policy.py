@@ -3,8 +3,9 @@
 The library predicts a chunk of K future actions at every step (from a fresh observation, so the
 done probability is always current); `n_action_steps` of each chunk are executed before the next
 chunk is taken (1 = re-plan every step, K = open-loop chunks, as in ACT). The first frame after each
-`reset` (the router resets at every subtask switch) is kept as the subtask's first frame, which the
-experts read where the object was before the hand covered it (`ExpertConfig.argument_memory`).
+`reset` (the router resets at every subtask switch) is the subtask's first frame, which the experts
+read where the object was before the hand covered it (`ExpertConfig.argument_memory`): its keypoints
+are computed once, then passed with every later call.
 
     policy = LibraryPolicy(library, versions={"pick": 3})
     action, done_prob = policy.act(obs, Subtask("pick", "red_cube"), "franka")  # (n_joints + 1,) numpy
@@ -21,7 +22,13 @@ import torch
 
 from robocoach_skills import action_contract
 from robocoach_skills.composition import Subtask
-from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, KEY_SUBTASK_START, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.constants import (
+    KEY_ARGUMENTS,
+    KEY_ROBOT_ID,
+    KEY_SUBTASK_START_KEYPOINTS,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+)
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.model import ChunkPolicy
 
@@ -39,19 +46,13 @@ class ChunkExecutionConfig:
 
 
 def observation_batch(
-    observations: list[dict],
-    robots: list[str],
-    subtasks: list[Subtask],
-    device: torch.device,
-    start_images: list[np.ndarray] | None = None,
+    observations: list[dict], robots: list[str], subtasks: list[Subtask], device: torch.device
 ) -> dict:
-    """Numpy observations (image (H,W,3) uint8, native proprio) and, if given, each subtask's first frame
-    (H,W,3) uint8 -> the library's padded tensor batch."""
+    """Numpy observations (image (H,W,3) uint8, native proprio) -> the library's padded tensor batch."""
     proprio = np.stack(
         [action_contract.pad(r, o[OBS_PROPRIO]) for o, r in zip(observations, robots, strict=True)]
     )
-    batch = {} if start_images is None else {KEY_SUBTASK_START: _frames(start_images, device)}
-    return batch | {
+    return {
         OBS_IMAGE: _frames([o[OBS_IMAGE] for o in observations], device),
         OBS_PROPRIO: torch.from_numpy(proprio).to(device).float(),  # (B, ACTION_DIM)
         KEY_ROBOT_ID: torch.tensor([action_contract.robot_id(r) for r in robots], device=device),  # (B,)
@@ -77,7 +78,7 @@ class LibraryPolicy:
         self.versions = dict(versions or {})
         self.config = config or ChunkExecutionConfig()
         self._queue: deque[np.ndarray] = deque()
-        self._start: np.ndarray | None = None  # the current subtask's first frame
+        self._start: torch.Tensor | None = None  # keypoints of the current subtask's first frame (1, 2C)
 
     def skills(self) -> tuple[str, ...]:
         return self.library.skills
@@ -90,9 +91,11 @@ class LibraryPolicy:
         self._start = None
 
     def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
-        if self._start is None:
-            self._start = obs[OBS_IMAGE]
-        batch = observation_batch([obs], [robot], [subtask], self.library.device, [self._start])
+        batch = observation_batch([obs], [robot], [subtask], self.library.device)
+        if self.library.config.argument_memory:
+            if self._start is None:
+                self._start = self.library.start_keypoints(batch[OBS_IMAGE], subtask.skill)
+            batch[KEY_SUBTASK_START_KEYPOINTS] = self._start
         if self._queue:
             done_prob = self.library.done_probability(batch, subtask.skill)  # (1,)
         else:

@@ -26,7 +26,13 @@ import torch
 
 from robocoach_skills import action_contract
 from robocoach_skills.composition import Composition
-from robocoach_skills.constants import KEY_ARGUMENTS, KEY_ROBOT_ID, KEY_SUBTASK_START, OBS_IMAGE, OBS_PROPRIO
+from robocoach_skills.constants import (
+    KEY_ARGUMENTS,
+    KEY_ROBOT_ID,
+    KEY_SUBTASK_START_KEYPOINTS,
+    OBS_IMAGE,
+    OBS_PROPRIO,
+)
 from robocoach_skills.device import fast_dtype
 from robocoach_skills.experts.model import ChunkPolicy
 from robocoach_skills.skill_policy import ChunkExecutionConfig
@@ -156,7 +162,7 @@ def imagine_composition(
     padded = action_contract.pad(robot, np.asarray(initial_proprio, dtype=np.float32))
     proprio = torch.as_tensor(padded[state_of_row], device=device)  # (B, 8)
     world_state = world.observe(images[:, None], proprio[:, None], robot_ids)
-    start_images = images.clone()  # each row's active subtask's first frame (the experts' object memory)
+    memory = _Memory(images.clone(), np.zeros(n_rows, dtype=bool))  # the experts' object memory
     generator = torch.Generator(device=device).manual_seed(config.seed)
 
     rows = _Rows(composition, n_rows, deadlines)
@@ -175,7 +181,7 @@ def imagine_composition(
         running = rows.running
         if not running.any():
             break
-        observed = _Observed(images, start_images, proprio, robot_ids, arguments)
+        observed = _Observed(images, memory, proprio, robot_ids, arguments)
         _refill(library, queue, queued, rows, running, observed, subtasks)
         position = np.minimum(per_chunk - queued, per_chunk - 1)  # next queued action
         actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
@@ -197,7 +203,7 @@ def imagine_composition(
             i = rows.index[row]
             rows.switch[row, i] = (step + 1) / fps
             rows.index[row], rows.start[row], queued[row] = i + 1, step + 1, 0
-            start_images[row] = images[row]
+            memory.forget(row, images[row])
             if i + 1 < rows.n_subtasks:
                 online.reset_rows([row], [subtasks[i + 1]], robot)
                 rule.reset_rows([row])
@@ -283,12 +289,38 @@ def _step_world(
     return WorldState(h, state.context, state.skip_terms, state.robot_ids), images, proprio
 
 
+class _Memory:
+    """Each row's active subtask's first frame (B, H, W, 3) uint8, and its keypoints once an expert has
+    looked at it: computed at the row's first refill in that subtask, read at every later one."""
+
+    def __init__(self, start_images: torch.Tensor, remembered: np.ndarray) -> None:
+        self.start_images, self.remembered = start_images, remembered
+        self.keypoints: torch.Tensor | None = None  # (B, 2C), rows valid where remembered
+
+    def forget(self, row: int, image: torch.Tensor) -> None:
+        """`row` switched subtask: `image` is its new first frame."""
+        self.start_images[row], self.remembered[row] = image, False
+
+    def keypoints_of(self, library: ChunkPolicy, rows: np.ndarray, skill: str) -> torch.Tensor:
+        """The first-frame keypoints of `rows`, all running `skill`."""
+        new = rows[~self.remembered[rows]]
+        if len(new):
+            index = torch.as_tensor(new, device=self.start_images.device)
+            frames = self.start_images[index].permute(0, 3, 1, 2).float() / 255.0
+            seen = library.start_keypoints(frames, skill)  # (N, 2C)
+            if self.keypoints is None:
+                self.keypoints = seen.new_zeros(len(self.remembered), seen.shape[1])
+            self.keypoints[index] = seen
+            self.remembered[new] = True
+        return self.keypoints[torch.as_tensor(rows, device=self.keypoints.device)]
+
+
 class _Observed(NamedTuple):
-    """What the experts read of every row: frames and subtask first frames (B, H, W, 3) uint8, proprio
+    """What the experts read of every row: frames (B, H, W, 3) uint8, the subtasks' first frames, proprio
     (B, 8), robot ids (B,), and each subtask's argument ids (n_subtasks, 2)."""
 
     images: torch.Tensor
-    start_images: torch.Tensor
+    memory: _Memory
     proprio: torch.Tensor
     robot_ids: torch.Tensor
     arguments: torch.Tensor
@@ -310,12 +342,14 @@ def _refill(
         sel = torch.as_tensor(group, device=queue.device)
         obs = {
             OBS_IMAGE: observed.images[sel].permute(0, 3, 1, 2).float() / 255.0,
-            KEY_SUBTASK_START: observed.start_images[sel].permute(0, 3, 1, 2).float() / 255.0,
             OBS_PROPRIO: observed.proprio[sel],
             KEY_ROBOT_ID: observed.robot_ids[sel],
             KEY_ARGUMENTS: observed.arguments[index].expand(len(group), -1),
         }
-        chunk, _ = library.select_action(obs, subtasks[index].skill)  # (G, K, 8)
+        skill = subtasks[index].skill
+        if library.config.argument_memory:
+            obs[KEY_SUBTASK_START_KEYPOINTS] = observed.memory.keypoints_of(library, group, skill)
+        chunk, _ = library.select_action(obs, skill)  # (G, K, 8)
         queue[sel] = chunk[:, : queue.shape[1]].to(queue.dtype)
         queued[group] = queue.shape[1]
 

@@ -58,8 +58,12 @@ class SkillConditionedPolicy(ChunkPolicy):
         self.skill_embeddings[skill] = nn.Parameter(embedding.to(self.device))
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
+        backbone, _ = self.vision_of(skill)
+        return self.head(self.head_features(backbone, obs) + self.skill_embeddings[skill])
+
+    def vision_of(self, skill: str) -> tuple[Backbone, LoRAAdapter | None]:
         self._check_skill(skill)
-        return self.head(self.head_features(self.backbone, obs) + self.skill_embeddings[skill])
+        return self.backbone, None
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """Fine-tuned as a whole: every parameter."""
@@ -111,9 +115,12 @@ class EndToEndPolicy(ChunkPolicy):
         self.policies[skill] = policy.to(self.device)
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
+        backbone, _ = self.vision_of(skill)
+        return self.policies[skill]["head"](self.head_features(backbone, obs))
+
+    def vision_of(self, skill: str) -> tuple[Backbone, LoRAAdapter | None]:
         self._check_skill(skill)
-        policy = self.policies[skill]
-        return policy["head"](self.head_features(policy["backbone"], obs))
+        return self.policies[skill]["backbone"], None
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The whole policy of that composition."""

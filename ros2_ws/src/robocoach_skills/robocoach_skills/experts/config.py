@@ -28,6 +28,9 @@ ARGUMENT_DIRECTION_DIM = 2
 # ... and with `argument_memory` (default) object xy and target xy in the subtask's first frame, each minus
 # the gripper's now.
 ARGUMENT_MEMORY_DIM = 4
+# ... and with `argument_table` (default) object xy and target xy on the table [table_unit] minus the
+# hand's, now and (with `argument_memory`) in the subtask's first frame.
+ARGUMENT_TABLE_DIM = 4
 # The hand pose a head reads with `hand_skip`: x, y, z [m], cos and sin of the closing-axis yaw, gripper
 # (model.ChunkPolicy.hand_inputs).
 HAND_INPUT_DIM = 6
@@ -40,6 +43,7 @@ LEGACY_VALUES: dict[str, Any] = {
     "argument_direction": False,
     "keypoint_stride": 2,
     "argument_memory": False,
+    "argument_table": False,
 }
 # What a head's action chunk is relative to the current proprio (model.ActionHead):
 #   "ee": hand motions (dx, dy, dz [m], dyaw [rad], dgripper), made joint targets by top-down IK;
@@ -79,6 +83,12 @@ class ExpertConfig:
     # there. A head reading the cube's first-frame keypoint picks 14 of 16 against 10 of 16 from the
     # current frame's (scripts/pick_localization.py, session 31).
     argument_memory: bool = True
+    # The argument keypoints also as points on the table (the camera ray of each keypoint cast onto the
+    # plane of the cubes' centres, camera.TablePlane), each minus the hand's xy by forward kinematics:
+    # where the object is from the hand, in the metres the hand motions are in. A head reading the cube
+    # so picks 10-14 of 16, reading image-plane keypoints 6 of 16 (scripts/pick_localization.py).
+    argument_table: bool = True
+    table_unit: float = 0.1  # [m] per unit of those inputs (offsets up to ~0.5 m become ~5)
     # Every head also reads the hand pose the proprio puts the hand at (forward kinematics), where its
     # hand motions start from. Alone, it kept a push expert's fingertips off the table but did not make
     # it push, and a press update got worse (session 22). With `argument_direction`, fresh Franka
@@ -146,7 +156,7 @@ class ExpertConfig:
             raise ValueError(
                 f"norm_groups={self.norm_groups!r} must divide conv_channels {self.conv_channels!r}"
             )
-        for name in ("argument_direction", "argument_memory"):
+        for name in ("argument_direction", "argument_memory", "argument_table"):
             if getattr(self, name) and not self.argument_keypoints:
                 raise ValueError(f"{name} is part of the argument keypoints: it needs argument_keypoints")
         if self.keypoint_skip and not self.argument_keypoints:
@@ -166,7 +176,7 @@ class ExpertConfig:
             )
         if self.action_space not in ACTION_SPACES:
             raise ValueError(f"action_space must be one of {ACTION_SPACES}, got {self.action_space!r}")
-        for name in ("lora_alpha", "lr", "action_scale", "position_scale"):
+        for name in ("lora_alpha", "lr", "action_scale", "position_scale", "table_unit"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("done_weight", "done_pos_weight", "weight_decay", "grad_clip"):
@@ -198,7 +208,9 @@ class ExpertConfig:
         if not self.argument_keypoints:
             return 0
         direction = ARGUMENT_DIRECTION_DIM if self.argument_direction else 0
-        return ARGUMENT_KEYPOINT_DIM + direction + (ARGUMENT_MEMORY_DIM if self.argument_memory else 0)
+        memory = ARGUMENT_MEMORY_DIM if self.argument_memory else 0
+        table = ARGUMENT_TABLE_DIM * (2 if self.argument_memory else 1) if self.argument_table else 0
+        return ARGUMENT_KEYPOINT_DIM + direction + memory + table
 
     @property
     def action_channels(self) -> int:
@@ -224,6 +236,7 @@ class ExpertConfig:
             "keypoint_skip",
             "argument_direction",
             "argument_memory",
+            "argument_table",
             "hand_skip",
             "lora_rank",
             "lora_alpha",
@@ -233,6 +246,8 @@ class ExpertConfig:
             "action_scale",
             "head_hidden",
         )
+        if self.argument_table:  # (libraries saved before it existed have no table inputs)
+            keys += ("table_unit",)
         return {"action_dim": ACTION_DIM, **{k: _jsonable(getattr(self, k)) for k in keys}}
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import torch.nn.functional as F  # noqa: N812 (the torch idiom)
 from torch import nn
 
 from robocoach_skills.action_contract import ACTION_DIM, channel_mask
+from robocoach_skills.camera import TablePlane
 from robocoach_skills.checkpoint import state_mismatches
 from robocoach_skills.composition import UnknownSkillError
 from robocoach_skills.constants import (
@@ -55,6 +56,7 @@ from robocoach_skills.constants import (
     KEY_ROBOT_ID,
     KEY_SKILL,
     KEY_SUBTASK_START,
+    KEY_SUBTASK_START_KEYPOINTS,
     LANDMARKS,
     OBS_IMAGE,
     OBS_PROPRIO,
@@ -68,7 +70,7 @@ from robocoach_skills.sim.ik import IKConfig
 
 Batch = Mapping[str, Any]
 OBS_KEYS = (OBS_IMAGE, OBS_PROPRIO, KEY_ROBOT_ID, KEY_ARGUMENTS)  # what select_action reads (and, with
-# argument_memory, KEY_SUBTASK_START)
+# argument_memory, KEY_SUBTASK_START_KEYPOINTS or else KEY_SUBTASK_START)
 SKILL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # Keypoint distance under which the object-to-target direction is not normalised (an argument without a
 # target names the gripper; the frame spans 2 keypoint units, so a pixel is about 0.03).
@@ -86,6 +88,14 @@ def seeded(seed: int) -> Iterator[None]:
 def skill_seed(base: int, skill: str) -> int:
     """Seed of a skill's fresh adapter and head: independent of the order skills are added."""
     return base + zlib.crc32(skill.encode())
+
+
+def backbone_feature_size(image_size: int, strides: Sequence[int]) -> int:
+    """Edge of the last conv's feature map after convs of these strides ('same' padding)."""
+    size = image_size
+    for stride in strides:
+        size = (size + stride - 1) // stride
+    return size
 
 
 class SpatialSoftArgmax(nn.Module):
@@ -152,6 +162,11 @@ class Backbone(nn.Module):
         self.keypoint_skip = c.keypoint_skip
         self.argument_direction = c.argument_direction
         self.argument_memory = c.argument_memory
+        self.table = TablePlane() if c.argument_table else None
+        self.table_unit = c.table_unit
+        # Keypoints span the feature cells' centres, [-1, 1]; the image's edges are half a cell further.
+        cells = backbone_feature_size(c.image_size, self.strides)
+        self.keypoint_to_image = (cells - 1) / cells
 
     def new_adapter(self) -> LoRAAdapter:
         """A fresh (identity) adapter for the configured `lora_layers`, on the current default device."""
@@ -179,12 +194,18 @@ class Backbone(nn.Module):
         return self.keypoints(x), x.mean(dim=(2, 3))
 
     def argument_offsets(
-        self, keypoints: torch.Tensor, arguments: torch.Tensor, start_keypoints: torch.Tensor | None = None
+        self,
+        keypoints: torch.Tensor,
+        arguments: torch.Tensor,
+        start_keypoints: torch.Tensor | None = None,
+        robot: torch.Tensor | None = None,
+        hand_xy: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Keypoints (B, 2C), arguments (B, 2) -> (B, argument_dim): object xy, target xy, each minus the
         gripper's, with `argument_direction` the unit vector from object to target, and with
         `argument_memory` object xy and target xy in `start_keypoints` (the subtask's first frame),
-        each minus the gripper's now.
+        each minus the gripper's now. With `argument_table`, then object and target on the table minus
+        `hand_xy` (B, 2) [m] of each row's `robot` (B,), now and (with memory) in the first frame.
 
         One press expert serves both buttons and one pick expert every cube: picking *the* landmark
         keypoint its arguments name is a gating an MLP learns poorly from ten demos, so it is done here.
@@ -195,10 +216,18 @@ class Backbone(nn.Module):
         parts = [named.flatten(1), (named - gripper).flatten(1)]
         if self.argument_direction:
             parts.append(F.normalize(named[:, 1] - named[:, 0], dim=-1, eps=DIRECTION_EPS))
+        seen = [named]
         if self.argument_memory:
             if start_keypoints is None:
                 raise ValueError("argument_memory needs the keypoints of the subtask's first frame")
-            parts.append((_keypoint_xy(start_keypoints, landmarks) - gripper).flatten(1))
+            seen.append(_keypoint_xy(start_keypoints, landmarks))
+            parts.append((seen[-1] - gripper).flatten(1))
+        if self.table is not None:
+            if robot is None or hand_xy is None:
+                raise ValueError("argument_table needs each row's robot and hand xy")
+            for xy in seen:
+                on_table = self.table(xy * self.keypoint_to_image, robot)  # (B, 2, 2) [m]
+                parts.append(((on_table - hand_xy[:, None]) / self.table_unit).flatten(1))
         return torch.cat(parts, dim=-1)
 
     def vision_parameters(self) -> list[nn.Parameter]:
@@ -213,8 +242,12 @@ class Backbone(nn.Module):
         arguments: torch.Tensor,
         adapter: LoRAAdapter | None = None,
         start_image: torch.Tensor | None = None,
+        hand_xy: torch.Tensor | None = None,
+        start_keypoints: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """`start_image` (B, 3, H, W): the frame the subtask started from (needed with argument_memory)."""
+        """`start_image` (B, 3, H, W): the frame the subtask started from, or `start_keypoints` (B, 2C) its
+        keypoints (`vision` of it, computed once per subtask): one of them is needed with argument_memory.
+        `hand_xy` (B, 2) [m]: where forward kinematics puts the hand (needed with argument_table)."""
 
         def lora(name: str) -> LowRank | None:
             return adapter.get(name) if adapter is not None else None
@@ -225,13 +258,12 @@ class Backbone(nn.Module):
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
         parts = [keypoints, pooled, p, r, a]
         if self.argument_keypoints:
-            start = None
-            if self.argument_memory:
+            if self.argument_memory and start_keypoints is None:
                 if start_image is None:
                     raise ValueError(f"argument_memory needs the subtask's first frame ({KEY_SUBTASK_START})")
-                start = self.vision(start_image, adapter)[0]
-            offsets = self.argument_offsets(keypoints, arguments, start)  # (B, argument_dim)
-            parts.append(offsets)
+                start_keypoints = self.vision(start_image, adapter)[0]
+            offsets = self.argument_offsets(keypoints, arguments, start_keypoints, robot_id, hand_xy)
+            parts.append(offsets)  # (B, argument_dim)
         h = F.relu(self.fuse(torch.cat(parts, dim=-1), lora("fuse")))  # (B, embed_dim)
         features = F.relu(self.trunk(h, lora("trunk")))  # (B, embed_dim)
         return torch.cat([features, offsets], dim=-1) if self.keypoint_skip else features  # (B, backbone_dim)
@@ -347,7 +379,7 @@ class ChunkPolicy(nn.Module, ABC):
         masks = np.stack([channel_mask(robot) for robot in ROBOTS]).astype(np.float32)
         self.register_buffer("channel_masks", torch.from_numpy(masks), persistent=False)  # (R, ACTION_DIM)
         c = self.config
-        if c.action_space == "ee" or c.hand_skip:
+        if c.action_space == "ee" or c.hand_skip or c.argument_table:
             self.kinematics = ArmKinematics()
         if c.action_space == "ee":
             scale = [c.position_scale] * 3 + [c.action_scale] * (HAND_POSE_DIM - 3)  # m, m, m, rad, gripper
@@ -369,6 +401,10 @@ class ChunkPolicy(nn.Module, ABC):
         """obs -> action deltas (B, K, config.action_channels), done logit (B,)."""
 
     @abstractmethod
+    def vision_of(self, skill: str) -> tuple[Backbone, LoRAAdapter | None]:
+        """The backbone and adapter `skill` sees with (checks the skill)."""
+
+    @abstractmethod
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The parameters an update of `skill` trains."""
 
@@ -381,11 +417,26 @@ class ChunkPolicy(nn.Module, ABC):
     ) -> torch.Tensor:
         """What a head reads (B, config.feature_dim): `backbone`'s features, then the hand pose with
         `hand_skip`."""
-        image, start = obs[OBS_IMAGE], obs.get(KEY_SUBTASK_START)
-        features = backbone(image, obs[OBS_PROPRIO], obs[KEY_ROBOT_ID], obs[KEY_ARGUMENTS], adapter, start)
-        if not self.config.hand_skip:
-            return features
-        return torch.cat([features, self.hand_inputs(obs[OBS_PROPRIO], obs[KEY_ROBOT_ID])], dim=-1)
+        proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
+        c = self.config
+        hand = self.hand_inputs(proprio, robot) if c.hand_skip or c.argument_table else None  # (B, 6)
+        features = backbone(
+            obs[OBS_IMAGE], proprio, robot, obs[KEY_ARGUMENTS], adapter,
+            start_image=obs.get(KEY_SUBTASK_START),
+            hand_xy=hand[:, :2] if hand is not None else None,
+            start_keypoints=obs.get(KEY_SUBTASK_START_KEYPOINTS),
+        )  # fmt: skip
+        return torch.cat([features, hand], dim=-1) if c.hand_skip else features
+
+    def start_keypoints(self, start_image: torch.Tensor, skill: str) -> torch.Tensor:
+        """A subtask's first frame (B, 3, H, W) -> its keypoints (B, 2C) as `skill` sees them.
+
+        That frame does not change while the subtask runs, so an executor computes this once at the
+        switch and passes it as KEY_SUBTASK_START_KEYPOINTS, instead of the frame at every call.
+        """
+        backbone, adapter = self.vision_of(skill)
+        with self._inference():
+            return backbone.vision(start_image.to(self.device), adapter)[0]
 
     def hand_inputs(self, proprio: torch.Tensor, robot: torch.Tensor) -> torch.Tensor:
         """Padded proprio (B, ACTION_DIM) -> (B, HAND_INPUT_DIM): x, y, z, cos yaw, sin yaw, gripper, the
@@ -458,7 +509,10 @@ class ChunkPolicy(nn.Module, ABC):
 
     def _observation(self, obs: Batch) -> dict[str, torch.Tensor]:
         """What `select_action` reads of `obs`, on the library's device, checked."""
-        keys = (*OBS_KEYS, KEY_SUBTASK_START) if self.config.argument_memory else OBS_KEYS
+        keys = OBS_KEYS
+        if self.config.argument_memory:  # the first frame's keypoints where the executor has them
+            remembered = KEY_SUBTASK_START_KEYPOINTS in obs
+            keys += (KEY_SUBTASK_START_KEYPOINTS if remembered else KEY_SUBTASK_START,)
         missing = [k for k in keys if k not in obs]
         if missing:
             raise ValueError(f"observation batch lacks {missing}")
@@ -485,6 +539,11 @@ class ChunkPolicy(nn.Module, ABC):
                 raise ValueError(
                     f"{key} must be (B, {c}, {s}, {s}) float in [0, 1], got {tuple(obs[key].shape)}"
                 )
+        width = 2 * self.config.conv_channels[-1]
+        start_keypoints = obs.get(KEY_SUBTASK_START_KEYPOINTS)
+        if start_keypoints is not None and tuple(start_keypoints.shape) != (b, width):
+            shape = tuple(start_keypoints.shape)
+            raise ValueError(f"{KEY_SUBTASK_START_KEYPOINTS} must be (B, {width}), got {shape}")
         if tuple(proprio.shape) != (b, ACTION_DIM) or tuple(robot.shape) != (b,):
             raise ValueError(
                 f"proprio must be (B, {ACTION_DIM}) padded and robot_id (B,), "
@@ -534,8 +593,11 @@ class ExpertLibrary(ChunkPolicy):
         return self.adapters[skill]
 
     def predict(self, obs: Batch, skill: str) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.head_features(self.backbone, obs, self.adapter(skill))  # checks the skill first
-        return self.heads[skill](features)
+        backbone, adapter = self.vision_of(skill)  # checks the skill first
+        return self.heads[skill](self.head_features(backbone, obs, adapter))
+
+    def vision_of(self, skill: str) -> tuple[Backbone, LoRAAdapter | None]:
+        return self.backbone, self.adapter(skill)
 
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         return [*self.adapter(skill).parameters(), *self.heads[skill].parameters()]

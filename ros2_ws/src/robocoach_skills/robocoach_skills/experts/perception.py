@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from robocoach_skills.constants import LANDMARKS
 from robocoach_skills.device import select_device
-from robocoach_skills.experts.model import Backbone
+from robocoach_skills.experts.model import Backbone, backbone_feature_size
 from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver, top_down_rotation
 from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
@@ -295,11 +295,3 @@ def train_landmark_probe(
         "lamp_accuracy_last": float(np.mean(lamp_hits[-window:])),
     }
     return metrics, losses
-
-
-def backbone_feature_size(image_size: int, strides: Sequence[int]) -> int:
-    """Edge of the last conv's feature map after convs of these strides ('same' padding)."""
-    size = image_size
-    for stride in strides:
-        size = (size + stride - 1) // stride
-    return size

@@ -82,6 +82,7 @@ class WorkspaceLayout:
     fixture_jitter: float  # uniform +- jitter of bin, pad and buttons per episode
     camera_pos: tuple[float, float, float]  # fixed camera position
     camera_target: tuple[float, float, float]  # point the camera looks at
+    camera_fovy: float = 50.0  # vertical field of view [deg] (the image is square)
     park_xy: dict[str, tuple[float, float]] = field(
         default_factory=lambda: dict(PARK_XY)
     )  # absent cubes, on the floor

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robocoach_skills.camera import camera_axes
 from robocoach_skills.sim.arms import ArmSpec
 from robocoach_skills.sim.layout import BUTTONS, CUBES, FLOOR_Z, OBJECT_RGBA, WorkspaceLayout
 
@@ -124,16 +125,6 @@ def mdh_body_pose(a: float, alpha: float, d: float, theta_offset: float) -> tupl
     """Position and quaternion (w, x, y, z) of DH frame i in frame i-1 at joint angle 0."""
     pos = np.array([a, -math.sin(alpha) * d, math.cos(alpha) * d])
     return pos, _quat_mul(_quat_x(alpha), _quat_z(theta_offset))
-
-
-def look_at_xyaxes(pos, target) -> np.ndarray:
-    """MJCF camera `xyaxes` for a camera at `pos` looking at `target` with world z up."""
-    forward = np.asarray(target, float) - np.asarray(pos, float)
-    forward /= np.linalg.norm(forward)
-    right = np.cross(forward, [0.0, 0.0, 1.0])
-    right /= np.linalg.norm(right)
-    up = np.cross(right, forward)
-    return np.concatenate([right, up])
 
 
 def _link_geom(name: str, child_pos: np.ndarray, radius: float, mass: float) -> str:
@@ -353,7 +344,8 @@ def build_scene_xml(arm: ArmSpec, layout: WorkspaceLayout, physics: PhysicsSpec 
     physics = physics or PhysicsSpec()
     if layout.robot != arm.name:
         raise ValueError(f"layout is for {layout.robot!r}, arm is {arm.name!r}")
-    xyaxes = look_at_xyaxes(layout.camera_pos, layout.camera_target)
+    xyaxes = camera_axes(layout.camera_pos, layout.camera_target)[:, :2].T.ravel()
+    camera = f'pos="{_fmt(layout.camera_pos)}" xyaxes="{_fmt(xyaxes)}" fovy="{layout.camera_fovy:.6g}"'
     size = physics.offscreen_size
     return f"""<mujoco model="robocoach_{arm.name}">
   <compiler angle="radian" autolimits="true"/>
@@ -383,7 +375,7 @@ def build_scene_xml(arm: ArmSpec, layout: WorkspaceLayout, physics: PhysicsSpec 
     <geom name="table" class="env" type="box" pos="0.2 0 -0.025" size="0.65 0.75 0.025"
           rgba="0.78 0.74 0.68 1"/>
     <light name="{KEY_LIGHT}" pos="0.4 0.2 1.6" dir="0 0 -1" diffuse="0.75 0.75 0.75" castshadow="true"/>
-    <camera name="{CAMERA}" pos="{_fmt(layout.camera_pos)}" xyaxes="{_fmt(xyaxes)}" fovy="50"/>
+    <camera name="{CAMERA}" {camera}/>
     {_arm_xml(arm, physics)}
     {_bin_xml(layout)}
     {_pad_xml(layout)}
