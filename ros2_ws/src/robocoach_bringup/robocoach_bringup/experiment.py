@@ -1,6 +1,6 @@
 """`robocoach experiment`: every method of the matched-budget comparison, on the coach's schedule.
 
-    robocoach demo --output runs/demo                              # inputs: bootstrap, world, judge
+    robocoach demo --output runs/demo --until offboard_models      # inputs: bootstrap, world, judge
     robocoach experiment --run runs/demo --output runs/experiment  # full profile
     robocoach experiment --run runs/quick1 --profile reduced --output runs/experiment_reduced
 
@@ -70,7 +70,8 @@ class ExperimentConfig:
             raise ValueError(f"workers and seeds must be >= 1, got {self.workers}, {self.seeds}")
         for name in ("episodes", "experts", "world", "judge"):
             if not (self.run / name).exists():
-                raise ValueError(f"{self.run} has no {name}/: run `robocoach demo --output {self.run}` first")
+                command = f"robocoach demo --output {self.run} --until offboard_models"
+                raise ValueError(f"{self.run} has no {name}/: run `{command}` first")
 
     def settings(self) -> RunSettings:
         settings, _ = PROFILES[self.profile]
