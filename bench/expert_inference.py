@@ -1,7 +1,8 @@
 """Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run, for
 the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map; the
-subtask's first frame read too), experts acting in joint space, experts without that memory, and the
-experts as they were until session 31 (keypoints from an 8x8 map, no memory), side by side.
+subtask's first frame remembered as keypoints, as executors pass it; table-plane inputs), the same
+looking at the first frame at every call (session 31), without table-plane inputs, acting in joint
+space, without the first-frame memory, and as they were until session 31 (8x8 map, no memory).
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
 default ExpertConfig at 64x64 on random frames: the network cost does not depend on the values. The
@@ -28,6 +29,7 @@ from robocoach_skills.constants import (
     KEY_DONE,
     KEY_ROBOT_ID,
     KEY_SUBTASK_START,
+    KEY_SUBTASK_START_KEYPOINTS,
     OBS_IMAGE,
     OBS_PROPRIO,
     ROBOTS,
@@ -70,7 +72,14 @@ def random_batch(config: ExpertConfig, size: int, generator: torch.Generator, no
     }
 
 
-def latency_ms(library: ExpertLibrary, batch: dict, args: Args) -> tuple[float, float]:
+def latency_ms(library: ExpertLibrary, batch: dict, args: Args, remembered: bool) -> tuple[float, float]:
+    """Mean and p99 of `select_action` [ms]; `remembered`: with the first frame's keypoints, computed once
+    outside the timing (LibraryPolicy and imagination do so once per subtask)."""
+    if remembered and library.config.argument_memory:
+        keypoints = library.start_keypoints(batch[KEY_SUBTASK_START], "pick")
+        batch = {k: v for k, v in batch.items() if k != KEY_SUBTASK_START} | {
+            KEY_SUBTASK_START_KEYPOINTS: keypoints
+        }
     for _ in range(args.warmup):
         library.select_action(batch, "pick")
     times = []
@@ -92,18 +101,24 @@ def main(args: Args) -> None:
     print(
         f"expert inference, 64x64 frames, {args.threads} torch thread(s), {args.calls} calls per batch size"
     )
-    variants = {
-        "default": ExpertConfig(),
-        "joint space": ExpertConfig(action_space="joint"),
-        "no memory": ExpertConfig(argument_memory=False),
-        "before session 31": ExpertConfig(keypoint_stride=2, argument_memory=False),
+    no_table = ExpertConfig(argument_table=False)
+    variants = {  # name: (config, first frame remembered)
+        "default": (ExpertConfig(), True),
+        "first frame at every call (session 31)": (no_table, False),
+        "no table inputs": (no_table, True),
+        "joint space": (ExpertConfig(action_space="joint"), True),
+        "no memory": (ExpertConfig(argument_memory=False), True),
+        "before session 31": (
+            ExpertConfig(keypoint_stride=2, argument_memory=False, argument_table=False),
+            True,
+        ),
     }
     results = {}
-    for name, config in variants.items():
+    for name, (config, remembered) in variants.items():
         library = ExpertLibrary(config, skills=SKILLS)
         print(f" {name}")
         for size in sizes:
-            mean, p99 = latency_ms(library, batches[size], args)
+            mean, p99 = latency_ms(library, batches[size], args, remembered)
             results[name, size] = mean
             per_obs = mean / size
             print(
