@@ -6,9 +6,10 @@
     arguments (B,2) object/target -> embedding ---------------+                   |
     keypoints of the arguments' landmarks, direction (B,10) --+-------------------+ (keypoint_skip)
       ... and in the subtask's first frame (B,4) -------------+  (argument_memory)  |
+      ... both cast onto the table, minus the hand (B,8) -----+  (argument_table)   |
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
     (LoRA of the active skill on `lora_layers`: fuse, trunk)
-    features (B,148: 128 + 14 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
+    features (B,156: 128 + 22 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
 default) a delta is a hand motion, C = 5: (dx, dy, dz, dyaw, dgripper) from the hand pose the
