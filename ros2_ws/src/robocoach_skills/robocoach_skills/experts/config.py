@@ -84,7 +84,7 @@ class ExpertConfig:
     # current frame's (scripts/pick_localization.py, session 31).
     argument_memory: bool = True
     # The argument keypoints also as points on the table (the camera ray of each keypoint cast onto the
-    # plane of the cubes' centres, camera.TablePlane), each minus the hand's xy by forward kinematics:
+    # plane of its landmark's height, camera.TablePlane), each minus the hand's xy by forward kinematics:
     # where the object is from the hand, in the metres the hand motions are in. A head reading the cube
     # so picks 10-14 of 16, reading image-plane keypoints 6 of 16 (scripts/pick_localization.py).
     argument_table: bool = True

@@ -226,9 +226,12 @@ class Backbone(nn.Module):
         if self.table is not None:
             if robot is None or hand_xy is None:
                 raise ValueError("argument_table needs each row's robot and hand xy")
+            hand = hand_xy[:, None].expand(-1, 2, -1)  # (B, 2, 2)
+            is_hand = (landmarks == LANDMARKS.index("gripper"))[..., None]  # no argument: the hand itself
             for xy in seen:
-                on_table = self.table(xy * self.keypoint_to_image, robot)  # (B, 2, 2) [m]
-                parts.append(((on_table - hand_xy[:, None]) / self.table_unit).flatten(1))
+                on_table = self.table(xy * self.keypoint_to_image, robot, landmarks)  # (B, 2, 2) [m]
+                on_table = torch.where(is_hand, hand, on_table)
+                parts.append(((on_table - hand) / self.table_unit).flatten(1))
         return torch.cat(parts, dim=-1)
 
     def vision_parameters(self) -> list[nn.Parameter]:

@@ -87,6 +87,21 @@ class WorkspaceLayout:
         default_factory=lambda: dict(PARK_XY)
     )  # absent cubes, on the floor
 
+    def landmark_height(self, landmark: str) -> float:
+        """Height [m] of a perception landmark (experts/perception.landmark_points) at rest on the table.
+        The gripper has none: it moves (forward kinematics says where it is)."""
+        d = self.dims
+        heights = {
+            **dict.fromkeys(CUBES, d.cube_half),  # centre
+            **dict.fromkeys(BUTTONS, d.button_base_height + d.button_cap_height),  # top of the cap
+            "bin": 0.0,  # floor centre
+            "pad": 0.0,
+            "drawer_handle": d.handle_height,
+        }
+        if landmark not in heights:
+            raise ValueError(f"no resting height for landmark {landmark!r}; landmarks: {', '.join(heights)}")
+        return heights[landmark]
+
     @property
     def drawer_front_x(self) -> float:
         """x of the drawer front panel's inner face when the drawer is closed."""
