@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def test_pretrain_leaves_frozen_parameters_bit_identical(config):
 
 
 def test_each_argument_selects_its_own_landmark_keypoint(config):
-    config.argument_table = False  # the image-plane inputs alone (test_table_plane.py: the rest)
+    config = replace(config, argument_table=False)  # the image-plane inputs (test_table_plane.py: the rest)
     backbone = ExpertLibrary(config, skills=("pick",)).backbone
     channels = config.conv_channels[-1]
     keypoints = torch.arange(2.0 * channels)[None]  # channel k at (k, channels + k)

@@ -310,7 +310,7 @@ class _Memory:
             seen = library.start_keypoints(frames, skill)  # (N, 2C)
             if self.keypoints is None:
                 self.keypoints = seen.new_zeros(len(self.remembered), seen.shape[1])
-            self.keypoints[index] = seen
+            self.keypoints[index.to(seen.device)] = seen  # (the library's device)
             self.remembered[new] = True
         return self.keypoints[torch.as_tensor(rows, device=self.keypoints.device)]
 
