@@ -67,10 +67,12 @@ def close_experts(tmp_path_factory):
     # (done from step 75 of 103, the done head above 0.5 from step 84). Random image shifts stay on for
     # this 4-demo expert although the default turned them off (session 31): without them its done head
     # confirmed the close in process at progress 0.16 (step 43), with 4 px shifts at 0.92 (step 49)
-    # (`runs/s31/close.py`, one-off; docs/bootstrap.md, session 31).
+    # (`runs/s31/close.py`, one-off; docs/bootstrap.md, session 31). Nor the table-plane inputs
+    # (session 32): with them this expert's close ended at progress 0.83 through ROS in a clean-clone
+    # CI run on a loaded machine (0.9 needed); without them it is the expert CI passed with at e19e21b.
     return train_scripted_experts(
         root, ROBOT, TASK, subtasks=[0], demos_per_subtask=DEMOS, steps=TRAIN_STEPS, seed=SEED,
-        expert=ExpertConfig(shift_pixels=4),
+        expert=ExpertConfig(shift_pixels=4, argument_table=False),
     )  # fmt: skip
 
 
