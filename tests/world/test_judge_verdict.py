@@ -222,10 +222,26 @@ def test_deadlines_count_the_completed_subtasks_of_failed_videos():
     first_done = np.array([0.2, 0.4, 0.6, 1.0, 1.0, 0.1, 0.3, 0.5], dtype=np.float32)  # the 2nd failed
     slow = Labelled(trace, TWO, FPS, index, first_done, False)
     never = Labelled(trace, TWO, FPS, np.zeros(8, dtype=np.int64), np.full(8, 0.3, np.float32), False)
-    deadlines = calibrate(PixelJudge(), [slow, never], VerdictConfig(), quantile=1.0, margin=1.0)
+    deadlines = calibrate(
+        PixelJudge(), [slow, never], VerdictConfig(), quantile=1.0, margin=1.0, min_samples=1
+    )
     # `slow` adds its true first press only; `never` adds nothing, though the judge confirmed both
     assert deadlines.samples == {"franka": {"press_button": 1}}
     assert deadlines.steps == {"franka": {"press_button": 5}}
+
+
+def test_a_pair_with_too_few_judged_completions_gets_the_fallback_deadline():
+    """One fast completion is no deadline for everyone: below `min_samples` the pair falls back to the
+    default (and its samples are still reported)."""
+    # Judged durations of press_button: 3 and 4 steps in one 7-frame video.
+    clips = [VideoClip(frames_for([0.1, 0.95, 0.95, 0.1, 0.1, 0.95, 0.95]), TWO, FPS)]
+    few = calibrate_deadlines(PixelJudge(), clips, quantile=1.0, margin=1.0, min_samples=3)
+    assert few.steps == {"franka": {}} and few.samples == {"franka": {"press_button": 2}}
+    assert few.of("franka", "press_button") == few.default == 7
+    enough = calibrate_deadlines(PixelJudge(), clips, quantile=1.0, margin=1.0, min_samples=2)
+    assert enough.of("franka", "press_button") == 4
+    with pytest.raises(ValueError, match="min_samples"):
+        calibrate_deadlines(PixelJudge(), clips, min_samples=0)
 
 
 def test_fallback_deadline_comes_from_the_longest_successful_video_not_a_long_failed_one():

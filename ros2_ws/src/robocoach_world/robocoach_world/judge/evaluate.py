@@ -38,6 +38,7 @@ from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.data import load_episodes, segments_of
 from robocoach_world.judge.model import PROGRESS, ProgressJudge
 from robocoach_world.judge.verdict import (
+    MIN_DEADLINE_SAMPLES,
     Deadlines,
     Verdict,
     VerdictConfig,
@@ -147,6 +148,7 @@ def calibrate(
     base: VerdictConfig,
     quantile: float = 0.9,
     margin: float = 1.5,
+    min_samples: int = MIN_DEADLINE_SAMPLES,
 ) -> Deadlines:
     """The done threshold on held-out videos (successful and, if any, failed), then the deadlines under
     it on their truly completed subtasks; freeze the result with `.save(<judge>/deadlines.json)`."""
@@ -162,7 +164,7 @@ def calibrate(
         raise ValueError(
             f"deadline calibration needs completed subtasks; none of {len(videos)} videos have any"
         )
-    return calibrate_deadlines(judge, videos, quantile, margin, rule, truth)
+    return calibrate_deadlines(judge, videos, quantile, margin, rule, truth, min_samples)
 
 
 @torch.no_grad()

@@ -38,6 +38,10 @@ from robocoach_skills.composition import Composition, Subtask
 from robocoach_world.judge.model import DONE, PROGRESS, ProgressJudge
 
 NEVER = -1.0  # switch time of a subtask that was never detected done
+# Judged completions a (robot, skill) needs for a calibrated deadline. A Franka judge confirmed 1 of
+# its 10 scripted pick demos before the video ended; that one fast pick made the pick's deadline 71
+# steps, shorter than any expert pick took, and every deployed pick failed by it (session 32).
+MIN_DEADLINE_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,7 @@ def calibrate_deadlines(
     margin: float = 1.5,
     config: VerdictConfig | None = None,
     truly_completed: Sequence[Sequence[bool]] | None = None,
+    min_samples: int = MIN_DEADLINE_SAMPLES,
 ) -> Deadlines:
     """Deadlines = ceil(margin x quantile) of the judge's completion times on held-out videos.
 
@@ -290,8 +295,9 @@ def calibrate_deadlines(
     because experts are slower than the scripted demos. A video adds samples up to its first subtask
     that the judge did not confirm or that did not truly complete (after it the judge's segments no
     longer match the video's). Judge misses add no sample (the evaluation reports them); pairs left
-    without samples get `default`, margin x the longest truly successful calibration video (all of
-    them if none succeeded), so they surface as judge misses rather than as errors. A failed rollout's
+    with fewer than `min_samples` get `default`, margin x the longest truly successful calibration
+    video (all of them if none succeeded), so they surface as judge misses rather than as errors, and
+    one fast completion does not become everyone's deadline. A failed rollout's
     length is the time it was given, not a time to complete, so it does not stretch the fallback.
     """
     if truly_completed is None:
@@ -308,8 +314,14 @@ def calibrate_deadlines(
             end = round(seconds * episode.fps)
             durations[episode.composition.robot][subtask.skill].append(end + 1 - start)
             start = end + 1
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
     steps = {
-        robot: {skill: math.ceil(margin * float(np.quantile(d, quantile))) for skill, d in skills.items()}
+        robot: {
+            skill: math.ceil(margin * float(np.quantile(d, quantile)))
+            for skill, d in skills.items()
+            if len(d) >= min_samples
+        }
         for robot, skills in durations.items()
     }
     samples = {robot: {skill: len(d) for skill, d in skills.items()} for robot, skills in durations.items()}
