@@ -300,6 +300,8 @@ def calibrate_deadlines(
     one fast completion does not become everyone's deadline. A failed rollout's
     length is the time it was given, not a time to complete, so it does not stretch the fallback.
     """
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
     if truly_completed is None:
         truly_completed = [[True] * len(e.composition.subtasks) for e in episodes]
     durations: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -314,8 +316,6 @@ def calibrate_deadlines(
             end = round(seconds * episode.fps)
             durations[episode.composition.robot][subtask.skill].append(end + 1 - start)
             start = end + 1
-    if min_samples < 1:
-        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
     steps = {
         robot: {
             skill: math.ceil(margin * float(np.quantile(d, quantile)))
