@@ -13,6 +13,7 @@ from sensor_msgs.msg import Image
 
 from robocoach_msgs.msg import TaskComposition
 from robocoach_msgs.srv import JudgeRollout
+from robocoach_skills.action_contract import native_dim
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import SERVICE_JUDGE_ROLLOUT
 from robocoach_skills.nodes.conversions import composition_to_msg, image_to_msg
@@ -57,22 +58,28 @@ def _frames(n: int = FRAMES, size: int = SIZE) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
 
-def _request(frames: np.ndarray, composition_msg=None, period: float = PERIOD) -> JudgeRollout.Request:
+def _proprio(n: int = FRAMES, robot: str = TASK.robot) -> np.ndarray:
+    return np.random.default_rng(1).uniform(-1, 1, (n, native_dim(robot))).astype(np.float32)
+
+
+def _request(
+    frames: np.ndarray, composition_msg=None, period: float = PERIOD, proprio: np.ndarray | None = None
+) -> JudgeRollout.Request:
     return JudgeRollout.Request(
         composition=composition_msg or composition_to_msg(TASK),
         frames=[image_to_msg(f) for f in frames],
+        proprio=(_proprio(len(frames)) if proprio is None else proprio).ravel().tolist(),
         frame_period=period,
     )
 
 
 def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
-    frames = _frames()
-    response = call_service(ros_probe, JudgeRollout, SERVICE_JUDGE_ROLLOUT, _request(frames))
+    frames, proprio = _frames(), _proprio()
+    response = call_service(ros_probe, JudgeRollout, SERVICE_JUDGE_ROLLOUT, _request(frames, proprio=proprio))
     assert response.ok, response.message
     judge, rule, _ = load_judge(judge_dir)
-    expected = judge_episode(
-        judge, VideoClip(frames, TASK, 1 / PERIOD), Deadlines.load(judge_dir / DEADLINES_FILE), rule
-    )
+    clip = VideoClip(frames, TASK, 1 / PERIOD, proprio)
+    expected = judge_episode(judge, clip, Deadlines.load(judge_dir / DEADLINES_FILE), rule)
     v = response.verdict
     assert v.composition == TASK.name and v.confidence == 1.0
     assert list(v.completed) == expected.completed and v.success == expected.success
@@ -92,6 +99,9 @@ def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
         ({"frames": _frames(0)}, "no frames"),
         ({"frames": _frames(size=SIZE * 2)}, "judge reads"),
         ({"period": 0.0}, "frame_period"),
+        ({"proprio": np.zeros(0, dtype=np.float32)}, "no proprio"),
+        ({"proprio": _proprio(FRAMES - 1)}, "joints + gripper"),
+        ({"proprio": np.full((FRAMES, native_dim(TASK.robot)), np.nan, dtype=np.float32)}, "NaN"),
         (
             {"composition_msg": TaskComposition(name="x", robot="ur5", subtasks=[])},
             "unknown robot",
@@ -105,14 +115,20 @@ def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
             "unknown skill",
         ),
         (
-            {"composition_msg": composition_to_msg(Composition("t", "franka", TASK.subtasks))},
+            {
+                "composition_msg": composition_to_msg(Composition("t", "franka", TASK.subtasks)),
+                "proprio": _proprio(robot="franka"),
+            },
             "no deadline",
         ),
     ],
 )
 def test_malformed_requests_are_refused_with_a_reason(ros_probe, node, change, message):
     request = _request(
-        change.get("frames", _frames()), change.get("composition_msg"), change.get("period", PERIOD)
+        change.get("frames", _frames()),
+        change.get("composition_msg"),
+        change.get("period", PERIOD),
+        change.get("proprio"),
     )
     response = call_service(ros_probe, JudgeRollout, SERVICE_JUDGE_ROLLOUT, request)
     assert not response.ok and message in response.message

@@ -26,11 +26,11 @@ def saved(tmp_path):
 
 
 def _outputs(judge: ProgressJudge) -> torch.Tensor:
-    frames = torch.randint(
-        0, 256, (1, 5, 16, 16, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
-    )
+    generator = torch.Generator().manual_seed(1)
+    frames = torch.randint(0, 256, (1, 5, 16, 16, 3), dtype=torch.uint8, generator=generator)
+    proprio = torch.rand(1, 5, 8, generator=generator)
     with torch.no_grad():
-        return judge(frames, judge.condition(["piper"], [Subtask("pick", "red_cube")]))[0]
+        return judge(frames, judge.condition(["piper"], [Subtask("pick", "red_cube")]), proprio=proprio)[0]
 
 
 def test_round_trip_gives_the_same_judge_and_rule(saved):

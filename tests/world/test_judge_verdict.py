@@ -59,11 +59,12 @@ class _PixelEncoder(nn.Module):
 
 
 class PixelJudge(ProgressJudge):
-    """Judged progress and done score = red value of pixel (0, 0) / 255, whatever the history."""
+    """Judged progress and done score = red value of pixel (0, 0) / 255, whatever the history (it reads
+    frames only: the verdict logic under test does not depend on the hand)."""
 
     def __init__(self) -> None:
         super().__init__(
-            JudgeConfig(image_size=SIZE, channels=(8,), feature_dim=4, embed_dim=2, hidden_dim=4)
+            JudgeConfig(image_size=SIZE, channels=(8,), feature_dim=4, embed_dim=2, hidden_dim=4, hand=False)
         )
         self.encoder = _PixelEncoder(self.config.feature_dim)
 
@@ -257,11 +258,11 @@ def test_fallback_deadline_comes_from_the_longest_successful_video_not_a_long_fa
 def test_batched_judge_keeps_rows_apart_and_refuses_rows_without_a_subtask():
     online = BatchedJudge(PixelJudge(), rows=2)
     with pytest.raises(RuntimeError, match="reset_rows"):
-        online.update(frames_for([0.1, 0.2]))
+        online.update(frames_for([0.1, 0.2]), None)
     online.reset_rows([0, 1], TWO.subtasks, "franka")
-    np.testing.assert_allclose(online.update(frames_for([0.1, 0.6])), [0.1, 0.6], atol=0.003)
+    np.testing.assert_allclose(online.update(frames_for([0.1, 0.6]), None), [0.1, 0.6], atol=0.003)
     with pytest.raises(ValueError, match="expected"):
-        online.update(frames_for([0.1]))
+        online.update(frames_for([0.1]), None)
 
 
 def test_batched_judge_advances_only_the_rows_it_is_given():
@@ -270,12 +271,14 @@ def test_batched_judge_advances_only_the_rows_it_is_given():
     both, alone = BatchedJudge(judge, rows=2), BatchedJudge(judge, rows=1)
     both.reset_rows([0, 1], TWO.subtasks, "franka")
     alone.reset_rows([0], TWO.subtasks[:1], "franka")
-    frames = np.random.default_rng(0).integers(0, 256, (3, 2, SIZE, SIZE, 3), dtype=np.uint8)
-    first = both.update(frames[0])
-    alone.update(frames[0, :1])
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (3, 2, SIZE, SIZE, 3), dtype=np.uint8)
+    proprio = rng.uniform(-1, 1, (3, 2, 8)).astype(np.float32)
+    first = both.update(frames[0], proprio[0])
+    alone.update(frames[0, :1], proprio[0, :1])
     for t in (1, 2):  # row 1 stands still: its scores and state stay those of the first frame
-        progress = both.update(frames[t], rows=np.array([0]))
-        expected = alone.update(frames[t, :1])
+        progress = both.update(frames[t], proprio[t], rows=np.array([0]))
+        expected = alone.update(frames[t, :1], proprio[t, :1])
         np.testing.assert_allclose(progress[0], expected[0], rtol=1e-5)
         assert progress[1] == first[1]
     np.testing.assert_allclose(both.hidden[:, 0], alone.hidden[:, 0], rtol=1e-5)

@@ -191,7 +191,7 @@ def imagine_composition(
             world, world_state, actions, robot_ids, generator, frame_dtype, live, images, proprio
         )
         kept.add(images, running)
-        progress = online.update(images, live)  # like the router's detector: frames after each action only
+        progress = online.update(images, proprio, live)  # as the router's detector: after each action only
         active_skills = [skills[i] for i in np.minimum(rows.index, rows.n_subtasks - 1)]
         gripper = proprio[:, -1].float().cpu().numpy()  # CoachWorld's predicted reading: the grasp check
         done = rule.update(online.done, active_skills, gripper) & running

@@ -17,8 +17,9 @@ to the pace of a subtask:
     the labels). Failures where the operator worked on the wrong object are a few per corpus; this
     gives the done head one for every segment.
 
-Sample: frames (L, H, W, 3) uint8, progress (L,) float32, cond (4,) long (see ProgressJudge.condition),
-progress_known () bool (False for a counterfactual sample).
+Sample: frames (L, H, W, 3) uint8, proprio (L, 8) float32 padded (`action_contract.pad`), progress (L,)
+float32, cond (4,) long (see ProgressJudge.condition), progress_known () bool (False for a counterfactual
+sample).
 The dataset holds the frames of its episodes in memory (12 KB per 64x64 frame).
 """
 
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from robocoach_skills.action_contract import pad
 from robocoach_skills.composition import Subtask
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
@@ -40,6 +42,7 @@ from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_world.judge.model import ProgressJudge
 
 KEY_FRAMES, KEY_TARGET, KEY_COND, KEY_MASK = "frames", "progress", "cond", "mask"
+KEY_PROPRIO = "proprio"  # (L, 8) padded proprio of each frame: the hand the judge reads
 KEY_PROGRESS_KNOWN = "progress_known"  # the sample's progress targets are labels (not a counterfactual)
 OBJECT_KINDS: tuple[tuple[str, ...], ...] = (CUBES, BUTTONS)  # objects one skill acts on interchangeably
 
@@ -146,6 +149,7 @@ class SegmentDataset(Dataset):
             start = int(np.clip(start + self.rng.integers(lo, hi + 1), 0, s.end - 1))
         index = self._frame_index(start, s.end)  # (L,) frames of the episode, in order
         frames = episode.images[index]  # (L, H, W, 3)
+        proprio = pad(s.robot, episode.proprio[index].astype(np.float32))  # (L, 8)
         progress = episode.progress[index].copy()  # (L,)
         progress[index < s.start] = 0.0  # previous subtask's tail: the new one has not begun
         if c.augment and c.shift_px:
@@ -157,6 +161,7 @@ class SegmentDataset(Dataset):
             progress[:] = 0.0  # not done at any frame (the progress channel is not scored)
         return {
             KEY_FRAMES: torch.from_numpy(np.ascontiguousarray(frames)),
+            KEY_PROPRIO: torch.from_numpy(proprio),
             KEY_TARGET: torch.from_numpy(progress.astype(np.float32)),
             KEY_COND: cond,
             KEY_PROGRESS_KNOWN: torch.tensor(known),
@@ -194,18 +199,21 @@ def _shift(frames: np.ndarray, offset: np.ndarray) -> np.ndarray:
 
 
 def collate_segments(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Pad segments to the longest one: frames (B, T, H, W, 3), progress (B, T), cond (B, 4), mask (B, T),
-    progress_known (B,)."""
+    """Pad segments to the longest one: frames (B, T, H, W, 3), proprio (B, T, 8), progress (B, T), cond
+    (B, 4), mask (B, T), progress_known (B,)."""
     longest = max(len(s[KEY_TARGET]) for s in samples)
     b = len(samples)
     frames = torch.zeros((b, longest, *samples[0][KEY_FRAMES].shape[1:]), dtype=torch.uint8)
+    proprio = torch.zeros((b, longest, samples[0][KEY_PROPRIO].shape[-1]))
     progress = torch.zeros(b, longest)
     mask = torch.zeros(b, longest, dtype=torch.bool)
     for k, s in enumerate(samples):
         n = len(s[KEY_TARGET])
-        frames[k, :n], progress[k, :n], mask[k, :n] = s[KEY_FRAMES], s[KEY_TARGET], True
+        frames[k, :n], proprio[k, :n], progress[k, :n] = s[KEY_FRAMES], s[KEY_PROPRIO], s[KEY_TARGET]
+        mask[k, :n] = True
     return {
         KEY_FRAMES: frames,
+        KEY_PROPRIO: proprio,
         KEY_TARGET: progress,
         KEY_COND: torch.stack([s[KEY_COND] for s in samples]),
         KEY_MASK: mask,

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from robocoach_skills.action_contract import pad
 from robocoach_skills.composition import Subtask
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.router import CompletionDetector, RouterConfig, register_detector
@@ -44,8 +46,9 @@ class JudgeDetector(CompletionDetector):
         self.progress = 0.0
 
     def update(self, obs: dict, done_prob: float) -> bool:
-        self.progress = float(self.online.update(obs[OBS_IMAGE][None])[0])
-        proprio = obs.get(OBS_PROPRIO)  # camera-only observations are judged from the frames alone
+        proprio = obs.get(OBS_PROPRIO)  # camera-only observations: only a frames-only judge reads them
+        hand = None if proprio is None else pad(self.robot, np.asarray(proprio, dtype=np.float32)[None])
+        self.progress = float(self.online.update(obs[OBS_IMAGE][None], hand)[0])
         gripper = None if proprio is None else proprio[-1:]
         return bool(self.rule.update(self.online.done, [self.skill], gripper)[0])
 

@@ -44,6 +44,7 @@ from robocoach_world.judge.verdict import (
     VerdictConfig,
     calibrate_deadlines,
     judge_episode,
+    padded_proprio,
 )
 from robocoach_world.world.evaluate import imagined_twins
 
@@ -62,6 +63,7 @@ class LabelledVideo(Protocol):
     images: np.ndarray  # (T, H, W, 3) uint8
     composition: Composition
     fps: float
+    proprio: np.ndarray  # (T, native_dim) joints + gripper: the hand the judge reads
     subtask_index: np.ndarray  # (T,) ground-truth active subtask
     progress: np.ndarray  # (T,) ground-truth progress of the active subtask
     success: bool
@@ -171,10 +173,12 @@ def calibrate(
 def segment_scores(judge: ProgressJudge, video: LabelledVideo) -> tuple[np.ndarray, np.ndarray]:
     """(judged, actual) progress over every ground-truth segment, each judged from its true start."""
     device = next(judge.parameters()).device
+    proprio = padded_proprio(video)
     judged, actual = [], []
     for seg in segments_of(video, 0):
         frames = torch.as_tensor(video.images[seg.start : seg.end], device=device)[None]
-        logits, _ = judge(frames, judge.condition([seg.robot], [seg.subtask]))
+        hand = None if proprio is None else torch.as_tensor(proprio[seg.start : seg.end], device=device)[None]
+        logits, _ = judge(frames, judge.condition([seg.robot], [seg.subtask]), proprio=hand)
         judged.append(torch.sigmoid(logits[0, :, PROGRESS]).cpu().numpy())
         actual.append(video.progress[seg.start : seg.end])
     return np.concatenate(judged), np.concatenate(actual)

@@ -7,12 +7,19 @@ subtask's first frame, and an embedding of what is being judged (skill, object, 
 head maps the GRU state to two logits: progress (sigmoid: [0, 1], trained on the soft ground-truth
 progress) and done (sigmoid: the probability that the subtask is achieved now, trained on progress
 == 1). Progress regression alone is blurry exactly where it matters, at completion; the done score
-is what the done rule thresholds. No privileged state, no proprioception: the same judge scores
-real and imagined video.
+is what the done rule thresholds.
+
+With `JudgeConfig.hand` (the default) each step also reads the robot's own hand, from its proprio:
+the TCP position (forward kinematics) and the gripper reading. At 64x64 a pick's 5 cm lift moves
+the hand about two pixels and the cube hides in the fingers; a frames-only judge never learned it
+(done score below 0.3 on its own training picks, session 33). Proprio is what the robot knows of
+itself, recorded with every episode and predicted by CoachWorld in imagination; object state stays
+unread (nothing privileged), so real and imagined video are judged alike.
 
     judge = ProgressJudge(JudgeConfig())
     cond = judge.condition(["franka"], [Subtask("pick", "red_cube")])   # (1, 4) long
-    logits, h = judge(frames, cond)              # frames: (1, T, 64, 64, 3) uint8 -> (1, T, 2)
+    logits, h = judge(frames, cond, proprio=proprio)   # frames (1, T, 64, 64, 3) uint8, proprio (1, T, 8)
+                                                       # padded (action_contract.pad) -> (1, T, 2)
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from torch import nn
 from robocoach_skills.action_contract import argument_ids, robot_id
 from robocoach_skills.composition import Subtask
 from robocoach_skills.constants import ROBOTS, SUBTASK_ARGUMENTS
+from robocoach_skills.kinematics import ArmKinematics
 from robocoach_skills.skills import get_skill, skill_names
 
 PROGRESS, DONE = 0, 1  # channels of the judge's logits
-JUDGE_VERSION = 2  # bump when a checkpoint of the previous version would load into the wrong model
+JUDGE_VERSION = 3  # bump when a checkpoint of the previous version would load into the wrong model
+HAND_DIM = 4  # per step with JudgeConfig.hand: TCP position (3) in hand_unit, gripper reading (1)
 
 
 def skill_vocabulary() -> tuple[str, ...]:
@@ -47,6 +56,8 @@ class JudgeConfig:
     embed_dim: int = 16  # size of each conditioning embedding (skill, object, target, arm)
     hidden_dim: int = 128  # GRU state size
     groups: int = 8  # GroupNorm groups in the encoder (batch-size independent, DDP friendly)
+    hand: bool = True  # also read the hand (TCP position, gripper) from proprio; see the module docstring
+    hand_unit: float = 0.1  # TCP positions enter in this unit [m]
 
     def __post_init__(self) -> None:
         if self.image_size % (2 ** len(self.channels)) != 0:
@@ -60,6 +71,13 @@ class JudgeConfig:
         for name in ("feature_dim", "embed_dim", "hidden_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"JudgeConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.hand_unit <= 0:
+            raise ValueError(f"JudgeConfig.hand_unit must be > 0, got {self.hand_unit}")
+
+    @property
+    def step_dim(self) -> int:
+        """Size of what the judge reads per step: frame features, and the hand where it reads it."""
+        return self.feature_dim + (HAND_DIM if self.hand else 0)
 
 
 class FrameEncoder(nn.Module):
@@ -89,12 +107,14 @@ class ProgressJudge(nn.Module):
         self.config = config
         self.skills = skill_vocabulary()
         self.encoder = FrameEncoder(config)
+        if config.hand:
+            self.kinematics = ArmKinematics()  # no weights: buffers only, not in checkpoints
         e = config.embed_dim
         self.skill_embed = nn.Embedding(len(self.skills), e)
         self.argument_embed = nn.Embedding(len(SUBTASK_ARGUMENTS), e)  # shared by object and target
         self.robot_embed = nn.Embedding(len(ROBOTS), e)
         cond_dim = 4 * e
-        self.gru = nn.GRU(2 * config.feature_dim + cond_dim, config.hidden_dim, batch_first=True)
+        self.gru = nn.GRU(2 * config.step_dim + cond_dim, config.hidden_dim, batch_first=True)
         self.head = nn.Sequential(
             nn.Linear(config.hidden_dim + cond_dim, config.hidden_dim),
             nn.SiLU(),
@@ -121,30 +141,50 @@ class ProgressJudge(nn.Module):
             dim=-1,
         )
 
+    def observe(
+        self, frames: torch.Tensor, proprio: torch.Tensor | None, robots: torch.Tensor
+    ) -> torch.Tensor:
+        """(N, H, W, 3) uint8 frames, (N, 8) padded proprio (None for a frames-only judge), (N,) robot
+        ids -> (N, step_dim): what the judge reads at each step."""
+        features = self.encoder(frames)  # (N, F)
+        if not self.config.hand:
+            return features
+        if proprio is None:
+            raise ValueError("this judge reads the hand (JudgeConfig.hand): pass each frame's proprio")
+        proprio = proprio.to(features)
+        position, _ = self.kinematics.tcp_pose(proprio, robots)  # (N, 3) [m]
+        return torch.cat([features, position / self.config.hand_unit, proprio[:, -1:]], dim=-1)
+
     def step(
         self, features: torch.Tensor, start: torch.Tensor, cond: torch.Tensor, hidden: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advance the GRU over T steps of features.
+        """Advance the GRU over T steps of what `observe` read.
 
-        features (B, T, F), start (B, F) features of the subtask's first frame, cond (B, 4),
+        features (B, T, S), start (B, S) of the subtask's first frame, cond (B, 4),
         hidden (1, B, hidden_dim) or None at the subtask's start -> (logits (B, T, 2), hidden).
         """
         c = self.embed(cond)  # (B, 4e)
         t = features.shape[1]
         c_t = c[:, None].expand(-1, t, -1)  # (B, T, 4e)
-        x = torch.cat([features, features - start[:, None], c_t], dim=-1)  # (B, T, 2F + 4e)
+        x = torch.cat([features, features - start[:, None], c_t], dim=-1)  # (B, T, 2S + 4e)
         out, hidden = self.gru(x, hidden)  # (B, T, hidden_dim)
         logits = self.head(torch.cat([out, c_t], dim=-1))  # (B, T, 2): PROGRESS, DONE
         return logits, hidden
 
     def forward(
-        self, frames: torch.Tensor, cond: torch.Tensor, mask: torch.Tensor | None = None
+        self,
+        frames: torch.Tensor,
+        cond: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        proprio: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """frames (B, T, H, W, 3) uint8 from each row's subtask start, cond (B, 4), mask (B, T) bool of
-        real (unpadded) frames -> (logits (B, T, 2), final hidden). Padded frames are never encoded."""
+        real (unpadded) frames, proprio (B, T, 8) padded (needed with JudgeConfig.hand) ->
+        (logits (B, T, 2), final hidden). Padded frames are never encoded."""
         b, t = frames.shape[:2]
         if mask is None:
             mask = torch.ones(b, t, dtype=torch.bool, device=frames.device)
-        features = frames.new_zeros(b, t, self.config.feature_dim, dtype=torch.float32)
-        features[mask] = self.encoder(frames[mask])  # (B, T, F)
+        robots = cond[:, 3, None].expand(b, t)
+        features = frames.new_zeros(b, t, self.config.step_dim, dtype=torch.float32)
+        features[mask] = self.observe(frames[mask], None if proprio is None else proprio[mask], robots[mask])
         return self.step(features, features[:, 0], cond, None)

@@ -48,6 +48,7 @@ from robocoach_world.judge.data import (
     KEY_FRAMES,
     KEY_MASK,
     KEY_PROGRESS_KNOWN,
+    KEY_PROPRIO,
     KEY_TARGET,
     SegmentConfig,
     SegmentDataset,
@@ -132,7 +133,7 @@ def validate(
             batch[KEY_TARGET].to(device),
             batch[KEY_MASK].to(device),
         )
-        logits, _ = judge(frames, batch[KEY_COND].to(device), mask)
+        logits, _ = judge(frames, batch[KEY_COND].to(device), mask, batch[KEY_PROPRIO].to(device))
         known = batch[KEY_PROGRESS_KNOWN].to(device)
         losses.append(masked_loss(logits, target, mask, known, config).item())
         predicted.append(torch.sigmoid(logits[..., PROGRESS])[mask].cpu().numpy())
@@ -233,7 +234,12 @@ def train(config: TrainConfig, ctx: DistributedContext | None = None) -> tuple[P
             loader.sampler.set_epoch(epoch)
         for batch in loader:
             mask = batch[KEY_MASK].to(ctx.device)
-            logits, _ = model(batch[KEY_FRAMES].to(ctx.device), batch[KEY_COND].to(ctx.device), mask)
+            logits, _ = model(
+                batch[KEY_FRAMES].to(ctx.device),
+                batch[KEY_COND].to(ctx.device),
+                mask,
+                batch[KEY_PROPRIO].to(ctx.device),
+            )
             known = batch[KEY_PROGRESS_KNOWN].to(ctx.device)
             loss = masked_loss(logits, batch[KEY_TARGET].to(ctx.device), mask, known, config)
             optimizer.zero_grad(set_to_none=True)

@@ -34,6 +34,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from robocoach_skills.action_contract import pad
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_world.judge.model import DONE, PROGRESS, ProgressJudge
 
@@ -107,7 +108,7 @@ class BatchedJudge:
     frame `update` receives for that row is the subtask's first frame. `update` returns progress;
     the done rule reads `done`, the done probabilities of the same step:
 
-        progress = online.update(frames)
+        progress = online.update(frames, proprio)   # proprio (B, 8) padded: the hand the judge reads
         switch = rule.update(online.done)
     """
 
@@ -117,7 +118,7 @@ class BatchedJudge:
         device = next(judge.parameters()).device
         self.device = device
         self.cond = torch.full((rows, 4), -1, dtype=torch.long, device=device)
-        self.start = torch.zeros(rows, judge.config.feature_dim, device=device)
+        self.start = torch.zeros(rows, judge.config.step_dim, device=device)
         self.hidden = torch.zeros(1, rows, judge.config.hidden_dim, device=device)
         self.fresh = torch.ones(rows, dtype=torch.bool, device=device)  # next frame starts a subtask
         self.done = np.zeros(rows, dtype=np.float32)  # done probability of the latest update, per row
@@ -134,8 +135,14 @@ class BatchedJudge:
         self.fresh[index] = True
 
     @torch.no_grad()
-    def update(self, images: np.ndarray | torch.Tensor, rows: np.ndarray | None = None) -> np.ndarray:
-        """(B, H, W, 3) uint8 newest frames -> (B,) float judged progress of each row's subtask.
+    def update(
+        self,
+        images: np.ndarray | torch.Tensor,
+        proprio: np.ndarray | torch.Tensor | None,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(B, H, W, 3) uint8 newest frames and (B, 8) padded proprio of the same instant (None only
+        for a judge without JudgeConfig.hand) -> (B,) float judged progress of each row's subtask.
 
         With `rows` (indices), only those rows see their frame and advance (imagination skips the
         rows whose trial has ended); the others keep their state and report their last scores.
@@ -148,13 +155,9 @@ class BatchedJudge:
         every = rows is None  # then the frames go in as they are: no gathered copy of the batch
         rows = np.arange(self.rows) if every else np.asarray(rows, dtype=np.int64)
         index = torch.as_tensor(rows, device=self.device)
-        if isinstance(images, torch.Tensor):
-            frames = images.to(self.device)
-            frames = frames if every else frames[index]
-        else:
-            array = np.asarray(images)
-            frames = torch.as_tensor(array if every else array[rows], device=self.device)
-        features = self.judge.encoder(frames)  # (R, F)
+        frames = self._rows_of(images, index, every)
+        hand = None if proprio is None else self._rows_of(proprio, index, every)
+        features = self.judge.observe(frames, hand, self.cond[index, 3])  # (R, S)
         start = torch.where(self.fresh[index, None], features, self.start[index])
         self.start[index], self.fresh[index] = start, False
         logits, hidden = self.judge.step(features[:, None], start, self.cond[index], self.hidden[:, index])
@@ -162,6 +165,14 @@ class BatchedJudge:
         scores = torch.sigmoid(logits[:, 0]).float().cpu().numpy()  # (R, 2)
         self.done[rows], self.progress[rows] = scores[:, DONE], scores[:, PROGRESS]
         return self.progress.copy()
+
+    def _rows_of(self, batch: np.ndarray | torch.Tensor, index: torch.Tensor, every: bool) -> torch.Tensor:
+        """The rows `index` of a (B, ...) batch on the judge's device (all of it, uncopied, if `every`)."""
+        if isinstance(batch, torch.Tensor):
+            batch = batch.to(self.device)
+            return batch if every else batch[index]
+        array = np.asarray(batch)
+        return torch.as_tensor(array if every else array[index.cpu().numpy()], device=self.device)
 
 
 @dataclass
@@ -204,7 +215,8 @@ class Deadlines:
 
 class Video(Protocol):
     """What judging needs from an episode (a recorded Episode, or an imagined rollout). Where it also
-    has `proprio` (T, native_dim), as recorded episodes do, grasps are checked against its gripper."""
+    has `proprio` (T, native_dim), as recorded episodes do, the judge reads the hand from it and grasps
+    are checked against its gripper; a judge with JudgeConfig.hand needs it."""
 
     images: np.ndarray  # (T, H, W, 3) uint8
     composition: Composition
@@ -218,7 +230,7 @@ class VideoClip:
     images: np.ndarray  # (T, H, W, 3) uint8
     composition: Composition
     fps: float
-    proprio: np.ndarray | None = None  # (T, native_dim); None: judged from the frames alone
+    proprio: np.ndarray | None = None  # (T, native_dim); None: only a frames-only judge can judge it
 
 
 @dataclass
@@ -250,7 +262,7 @@ def judge_episode(
     comp, n_frames = episode.composition, len(episode.images)
     n = len(comp.subtasks)
     online, rule = BatchedJudge(judge, rows=1), DoneRule(config, rows=1)
-    proprio = getattr(episode, "proprio", None)
+    proprio = padded_proprio(episode)
     trace = np.zeros(n_frames, dtype=np.float32)
     active = np.zeros(n_frames, dtype=np.int16)
     progress, completed, switch = [0.0] * n, [False] * n, [NEVER] * n
@@ -261,7 +273,8 @@ def judge_episode(
         if index == n:  # everything done: nothing left to judge
             trace[t] = 1.0
             continue
-        p = float(online.update(episode.images[t : t + 1])[0])
+        hand = None if proprio is None else proprio[t : t + 1]
+        p = float(online.update(episode.images[t : t + 1], hand)[0])
         trace[t] = progress[index] = p
         if failed:
             continue
@@ -276,6 +289,12 @@ def judge_episode(
             failed = True
     first_failed = next((i for i, done in enumerate(completed) if not done), -1)
     return Verdict(comp.name, trace, active, progress, completed, switch, first_failed, first_failed < 0)
+
+
+def padded_proprio(video: Video) -> np.ndarray | None:
+    """(T, 8) float32 padded proprio of a video (`action_contract.pad`), None where it has none."""
+    proprio = getattr(video, "proprio", None)
+    return None if proprio is None else pad(video.composition.robot, np.asarray(proprio, dtype=np.float32))
 
 
 def calibrate_deadlines(

@@ -1,10 +1,11 @@
-"""`progress_judge` node: judges a rollout's camera frames on request (`JudgeRollout`).
+"""`progress_judge` node: judges a rollout's camera frames and proprio on request (`JudgeRollout`).
 
-The request's frames and composition become numpy and a Composition (robocoach_skills conversions),
-`judge_episode` segments and judges them with the checkpoint's done rule and the frozen deadlines,
-and the reply carries the verdict and a per-frame trace. A malformed request (unknown robot or
-skill, an image that is not rgb8/bgr8 or not the judge's size, no frames, a non-positive frame
-period) is answered with ok=false and the reason; the node keeps serving.
+The request's frames, proprio and composition become numpy and a Composition (robocoach_skills
+conversions), `judge_episode` segments and judges them with the checkpoint's done rule and the frozen
+deadlines, and the reply carries the verdict and a per-frame trace. A malformed request (unknown robot
+or skill, an image that is not rgb8/bgr8 or not the judge's size, no frames, proprio that is missing,
+not one row of the arm's joints + gripper per frame or not finite, a non-positive frame period) is
+answered with ok=false and the reason; the node keeps serving.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rclpy.qos import qos_profile_services_default
 
 from robocoach_msgs.msg import JudgeVerdict, SubtaskProgress
 from robocoach_msgs.srv import JudgeRollout
+from robocoach_skills.action_contract import native_dim
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import SERVICE_JUDGE_ROLLOUT
 from robocoach_skills.device import select_device
@@ -78,7 +80,24 @@ class ProgressJudgeNode(Node):
             raise ValueError(
                 f"frames are {images.shape[1:3]}, the judge reads {self.image_size}x{self.image_size}"
             )
-        return VideoClip(images, composition, 1.0 / request.frame_period)
+        return VideoClip(images, composition, 1.0 / request.frame_period, self._proprio(request, composition))
+
+    def _proprio(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
+        """(T, joints + 1) proprio of the request's frames; None where none was sent."""
+        values = np.asarray(request.proprio, dtype=np.float32)
+        if not values.size:
+            if self.judge.config.hand:
+                raise ValueError("no proprio: this judge reads the arm's joints and gripper with each frame")
+            return None
+        width, frames = native_dim(composition.robot), len(request.frames)
+        if values.size != frames * width:
+            raise ValueError(
+                f"proprio has {values.size} values; {frames} frames of {composition.robot} need "
+                f"{frames} x {width} (joints + gripper)"
+            )
+        if not np.isfinite(values).all():
+            raise ValueError("proprio holds NaN or infinite values")
+        return values.reshape(frames, width)
 
     def _on_judge(
         self, request: JudgeRollout.Request, response: JudgeRollout.Response
