@@ -1,16 +1,18 @@
 """Stage 3 of the main job: the data, CoachWorld and the progress judge the coach imagines with.
 
 1. A corpus per arm: scripted subtask and whole-task demos plus failure-injected ones
-   (`robocoach_world.corpus`), so the judge and the world model see failing as well as succeeding.
+   (`robocoach_world.corpus`), so the judge and the world model see failing as well as succeeding;
+   and a calibration corpus of clean demos from the corpus's calibration seeds, held out for step 4.
 2. Real expert failures: the bootstrap experts deployed on every training composition from rollout
    seeds (never evaluation seeds), recorded frame by frame with ground-truth labels. A second,
    smaller set from other seeds is held out of training for step 4.
    Steps 1-2 run one process per arm, side by side (rendering is the cost), each arm into its own
    stores so that episode order, and with it the judge's validation split, does not depend on timing.
-3. CoachWorld trained on bootstrap demos + corpus + rollouts; the judge on corpus + rollouts, and
+3. CoachWorld and the judge trained on bootstrap demos + corpus + rollouts, the judge also
    (`Profile.judge_on_imagined`) on that CoachWorld's imagined twins of them, so that it reads the
-   video it will diagnose in imagination.
-4. The judge's done threshold and per-(arm, skill) deadlines calibrated on the bootstrap demos and
+   video it will diagnose in imagination. Without the bootstrap demos the judge saw 10 completed
+   picks per arm and never learned one (session 33, docs/world.md).
+4. The judge's done threshold and per-(arm, skill) deadlines calibrated on the calibration corpus and
    the held-out rollouts, none of which it trained on, then frozen to <judge>/deadlines.json. The
    rollouts add false completions to the threshold's score and the experts' own (slower) subtask
    times to the deadlines.
@@ -18,6 +20,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -71,9 +74,10 @@ def run(config, results: dict) -> dict:
     corpus = [EpisodeStore(corpus_dir(config.output, r)) for r in config.robots]
     rollouts = [EpisodeStore(rollouts_dir(config.output, r)) for r in config.robots]
     held_out = [EpisodeStore(rollouts_dir(config.output, r, CALIBRATION)) for r in config.robots]
+    held_out_demos = [EpisodeStore(corpus_dir(config.output, r, CALIBRATION)) for r in config.robots]
 
-    recorded = [store.root for store in corpus + rollouts]  # the judge's data; the world also gets the demos
-    stores = (paths.episodes, *recorded)
+    recorded = [store.root for store in corpus + rollouts]
+    stores = [paths.episodes, *recorded]  # the world's data and the judge's
     world_metrics = {}
     if not (paths.world / META_FILE).exists():
         world_config = WorldTrainConfig(
@@ -85,12 +89,12 @@ def run(config, results: dict) -> dict:
     judge_metrics = {}
     if not (paths.judge / DEADLINES_FILE).exists():
         judge_config = JudgeTrainConfig(
-            stores=recorded, out=paths.judge, epochs=profile.judge_epochs, prior=profile.judge_prior,
+            stores=stores, out=paths.judge, epochs=profile.judge_epochs, prior=profile.judge_prior,
             world=paths.world if profile.judge_on_imagined else None,
         )  # fmt: skip
         judge, judge_metrics = train_judge(judge_config)
-        bootstrap = EpisodeStore(paths.episodes)  # successful demos the judge never trained on
-        videos = [bootstrap.get(m.episode_id) for m in bootstrap.iter_meta(success=True)]
+        # successful demos and expert rollouts the judge never trained on
+        videos = [store.get(m.episode_id) for store in held_out_demos for m in store.iter_meta(success=True)]
         videos += [store.get(i) for store in held_out for i in store.ids()]
         calibrate(judge, videos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
     data = {
@@ -98,6 +102,7 @@ def run(config, results: dict) -> dict:
         "rollout_episodes": sum(len(store.ids()) for store in rollouts),
         "rollout_success": _success(rollouts),
         "calibration_rollouts": sum(len(store.ids()) for store in held_out),
+        "calibration_demos": sum(len(store.ids()) for store in held_out_demos),
     }
     return {
         **data,
@@ -107,8 +112,9 @@ def run(config, results: dict) -> dict:
     }
 
 
-def corpus_dir(output: Path, robot: str) -> Path:
-    return output / f"corpus_{robot}"
+def corpus_dir(output: Path, robot: str, split: str = "train") -> Path:
+    """The arm's training corpus, or its held-out calibration demos (`split` CALIBRATION)."""
+    return output / (f"corpus_{robot}" if split == "train" else f"corpus_{split}_{robot}")
 
 
 def rollouts_dir(output: Path, robot: str, kind: str = ROLLOUTS) -> Path:
@@ -118,17 +124,22 @@ def rollouts_dir(output: Path, robot: str, kind: str = ROLLOUTS) -> Path:
 def record_arm(
     output: Path, robot: str, corpus_config: CorpusConfig, seeds: dict[str, list[int]], position: int = 0
 ) -> None:
-    """One arm's corpus and both sets of bootstrap-expert rollouts (`seeds`: set -> rollout seeds), each
-    into the arm's own store (a worker process).
+    """One arm's corpus, its calibration demos (the corpus's clean episodes from the calibration seeds)
+    and both sets of bootstrap-expert rollouts (`seeds`: set -> rollout seeds), each into the arm's own
+    store (a worker process).
 
     A store that already holds episodes is kept: a resumed run does not record it again.
     """
     torch.set_num_threads(TORCH_THREADS)
     size = corpus_config.image_size
     info = StoreInfo(fps=SceneConfig().policy_hz, image_size=(size, size))
-    corpus = EpisodeStore.create(corpus_dir(output, robot), info, exist_ok=True)
-    if not corpus.ids():
-        build_corpus(robot, corpus, corpus_config, bar_position=position)
+    calibration = dataclasses.replace(
+        corpus_config, split=CALIBRATION, subtask_failures=0, composition_failures=0
+    )
+    for split, split_config in (("train", corpus_config), (CALIBRATION, calibration)):
+        corpus = EpisodeStore.create(corpus_dir(output, robot, split), info, exist_ok=True)
+        if not corpus.ids():
+            build_corpus(robot, corpus, split_config, bar_position=position)
     stores = {
         kind: EpisodeStore.create(rollouts_dir(output, robot, kind), info, exist_ok=True) for kind in seeds
     }
@@ -155,7 +166,8 @@ def _markdown(data: dict, world: dict, judge: dict) -> str:
     lines = [
         f"Corpus: {data['corpus_episodes']} scripted episodes (half with injected failures); "
         f"bootstrap-expert rollouts: {data['rollout_episodes']} ({data['rollout_success']:.0%} succeeded), "
-        f"{data['calibration_rollouts']} more held out to calibrate the judge.",
+        f"{data['calibration_rollouts']} more and {data['calibration_demos']} clean scripted episodes "
+        "held out to calibrate the judge.",
     ]
     if world:
         lines.append(
