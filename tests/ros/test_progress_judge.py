@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 
 from robocoach_msgs.msg import TaskComposition
 from robocoach_msgs.srv import JudgeRollout
@@ -68,7 +68,10 @@ def _request(
     return JudgeRollout.Request(
         composition=composition_msg or composition_to_msg(TASK),
         frames=[image_to_msg(f) for f in frames],
-        proprio=(_proprio(len(frames)) if proprio is None else proprio).ravel().tolist(),
+        proprio=[
+            JointState(position=row.tolist())
+            for row in (_proprio(len(frames)) if proprio is None else proprio)
+        ],
         frame_period=period,
     )
 
@@ -99,8 +102,9 @@ def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
         ({"frames": _frames(0)}, "no frames"),
         ({"frames": _frames(size=SIZE * 2)}, "judge reads"),
         ({"period": 0.0}, "frame_period"),
-        ({"proprio": np.zeros(0, dtype=np.float32)}, "no proprio"),
-        ({"proprio": _proprio(FRAMES - 1)}, "joints + gripper"),
+        ({"proprio": np.zeros((0, native_dim(TASK.robot)), dtype=np.float32)}, "no proprio"),
+        ({"proprio": _proprio(FRAMES - 1)}, "joint states for"),
+        ({"proprio": _proprio(robot="franka")}, "must hold 7 finite positions"),
         ({"proprio": np.full((FRAMES, native_dim(TASK.robot)), np.nan, dtype=np.float32)}, "NaN"),
         (
             {"composition_msg": TaskComposition(name="x", robot="ur5", subtasks=[])},

@@ -6,11 +6,14 @@ Images are converted with numpy (no cv_bridge, which is not installable from PyP
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from sensor_msgs.msg import Image, JointState
 
 from robocoach_msgs.msg import Subtask as SubtaskMsg
 from robocoach_msgs.msg import TaskComposition
+from robocoach_skills.action_contract import native_dim
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import GRIPPER_JOINT
 
@@ -101,6 +104,18 @@ def joint_state_to_command(msg: JointState, joint_names: tuple[str, ...]) -> np.
         raise ValueError(f"command lacks joints {missing}")
     by_name = dict(zip(msg.name, positions, strict=True))
     return np.array([by_name[n] for n in known if n in by_name])
+
+
+def joint_states_to_proprio(msgs: Sequence[JointState], robot: str) -> np.ndarray:
+    """Joint states (positions: the arm's joints in order, then the gripper reading) -> (N, joints + 1)
+    float32 proprio of `robot`; ValueError unless each holds that many finite positions."""
+    width = native_dim(robot)
+    if any(len(m.position) != width for m in msgs):
+        raise ValueError(f"joint states must hold {width} finite positions for {robot}")
+    proprio = np.array([m.position for m in msgs], dtype=np.float32).reshape(len(msgs), width)
+    if not np.isfinite(proprio).all():
+        raise ValueError(f"joint states must hold {width} finite positions for {robot} (NaN or infinite)")
+    return proprio
 
 
 def command_to_joint_state(command: np.ndarray, joint_names: tuple[str, ...], stamp=None) -> JointState:

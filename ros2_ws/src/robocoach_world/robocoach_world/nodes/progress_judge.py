@@ -18,11 +18,10 @@ from rclpy.qos import qos_profile_services_default
 
 from robocoach_msgs.msg import JudgeVerdict, SubtaskProgress
 from robocoach_msgs.srv import JudgeRollout
-from robocoach_skills.action_contract import native_dim
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import SERVICE_JUDGE_ROLLOUT
 from robocoach_skills.device import select_device
-from robocoach_skills.nodes.conversions import msg_to_composition, msg_to_image
+from robocoach_skills.nodes.conversions import joint_states_to_proprio, msg_to_composition, msg_to_image
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
 from robocoach_world.judge.verdict import Deadlines, Verdict, VideoClip, judge_episode
@@ -84,20 +83,13 @@ class ProgressJudgeNode(Node):
 
     def _proprio(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
         """(T, joints + 1) proprio of the request's frames; None where none was sent."""
-        values = np.asarray(request.proprio, dtype=np.float32)
-        if not values.size:
+        if not request.proprio:
             if self.judge.config.hand:
                 raise ValueError("no proprio: this judge reads the arm's joints and gripper with each frame")
             return None
-        width, frames = native_dim(composition.robot), len(request.frames)
-        if values.size != frames * width:
-            raise ValueError(
-                f"proprio has {values.size} values; {frames} frames of {composition.robot} need "
-                f"{frames} x {width} (joints + gripper)"
-            )
-        if not np.isfinite(values).all():
-            raise ValueError("proprio holds NaN or infinite values")
-        return values.reshape(frames, width)
+        if len(request.proprio) != len(request.frames):
+            raise ValueError(f"{len(request.proprio)} joint states for {len(request.frames)} frames")
+        return joint_states_to_proprio(request.proprio, composition.robot)
 
     def _on_judge(
         self, request: JudgeRollout.Request, response: JudgeRollout.Response

@@ -31,9 +31,13 @@ from robocoach_skills.composition import Composition, UnknownSkillError
 from robocoach_skills.constants import ACTION_IMAGINE, SERVICE_WORLD_LOAD_ADAPTER, TOPIC_IMAGINED_IMAGE
 from robocoach_skills.device import select_device
 from robocoach_skills.nodes.adapter_service import serve_load_adapter
-from robocoach_skills.nodes.conversions import image_to_msg, msg_to_composition, msg_to_image
+from robocoach_skills.nodes.conversions import (
+    image_to_msg,
+    joint_states_to_proprio,
+    msg_to_composition,
+    msg_to_image,
+)
 from robocoach_skills.nodes.spin import spin_node
-from robocoach_skills.sim.arms import get_arm
 from robocoach_skills.skill_policy import ChunkExecutionConfig
 from robocoach_world.imagine import ImaginationConfig, ImaginedTrial, failure_examples, imagine_composition
 from robocoach_world.judge.checkpoint import DEADLINES_FILE, load_judge
@@ -164,13 +168,7 @@ class WorldModelNode(Node):
         size = self.world.config.image_size
         if images.shape[1:3] != (size, size):
             raise ValueError(f"initial frames are {images.shape[1:3]}, CoachWorld reads {size}x{size}")
-        n_channels = get_arm(composition.robot).n_joints + 1
-        proprio = np.stack([np.asarray(j.position, dtype=np.float32) for j in request.initial_proprio])
-        if proprio.shape[1] != n_channels or not np.isfinite(proprio).all():
-            raise ValueError(
-                f"initial joint states must hold {n_channels} finite positions for {composition.robot}"
-            )
-        return composition, images, proprio
+        return composition, images, joint_states_to_proprio(request.initial_proprio, composition.robot)
 
     def _result(
         self, trials: list[ImaginedTrial], composition: Composition, request: Imagine.Goal
