@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from robocoach_skills.constants import ROBOTS
-from robocoach_skills.sim.arms import ARMS, check_joint_command, clip_joint_command, get_arm
+from robocoach_skills.sim.arms import (
+    ARMS,
+    check_joint_command,
+    clip_joint_command,
+    clip_joint_commands,
+    get_arm,
+)
 from robocoach_skills.sim.layout import get_layout
 from robocoach_skills.sim.mjcf import HAND_BODY, build_scene_xml
 
@@ -107,3 +113,20 @@ def test_clip_respects_position_and_velocity_limits(robot):
         clip_joint_command(arm, np.full(arm.n_joints, np.nan), home, dt)
     with pytest.raises(ValueError, match="values"):
         clip_joint_command(arm, home[:3], home, dt)
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_clipping_many_commands_clips_each_row_as_one_command(robot):
+    arm = get_arm(robot)
+    rng = np.random.default_rng(0)
+    current = np.asarray(arm.home) + rng.uniform(-0.2, 0.2, (5, arm.n_joints))
+    wild = np.concatenate([rng.uniform(-4, 4, (5, arm.n_joints)), rng.uniform(-2, 2, (5, 1))], axis=1)
+    clipped = clip_joint_commands(arm, wild, current, 0.1)
+    expected = [clip_joint_command(arm, w, c, 0.1) for w, c in zip(wild, current, strict=True)]
+    np.testing.assert_array_equal(clipped, np.stack(expected))
+    assert all(check_joint_command(arm, q, c, 0.1) is None for q, c in zip(clipped, current, strict=True))
+    wild[3, 0] = np.nan
+    with pytest.raises(ValueError, match=r"non-finite values in rows \[3\]"):
+        clip_joint_commands(arm, wild, current, 0.1)
+    with pytest.raises(ValueError, match="must be"):
+        clip_joint_commands(arm, wild[:, :-1], current, 0.1)

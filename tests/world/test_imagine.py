@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from robocoach_skills.action_contract import native_dim
+from robocoach_skills.action_contract import native_dim, pad, unpad
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
+from robocoach_skills.sim.arms import check_joint_command, get_arm
 from robocoach_skills.tasks import get_composition
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
@@ -113,6 +114,43 @@ def test_a_judge_that_always_confirms_switches_every_consecutive_steps_where_the
             else:  # the frames say done, the imagined gripper says empty: the pick runs to its deadline
                 assert seed.switch_times == [NEVER, NEVER] and seed.steps == DEADLINE
         assert trial.record.success == bool(gripper)
+
+
+@pytest.mark.parametrize("robot", ["franka", "piper"])
+def test_the_world_is_sent_the_actions_the_robot_would_apply(models, robot, monkeypatch):
+    """Robots clip every command to their limits (robots.base) and CoachWorld learned from what they
+    applied; an expert's raw output (here: its head's bias pushed far out) must be clipped the same way."""
+    world, judge, library = models
+    sent: list[tuple[torch.Tensor, torch.Tensor]] = []  # (actions, proprio they start from)
+    imagine, last = world.imagine, {}
+
+    def spying(state, actions, *args, **kwargs):
+        sent.append((actions[:, 0].clone(), last["proprio"].clone()))
+        state, frames, proprio = imagine(state, actions, *args, **kwargs)
+        last["proprio"] = proprio[:, -1]
+        return state, frames, proprio
+
+    monkeypatch.setattr(world, "imagine", spying)
+    wild = ExpertLibrary(library.config, skills=list(library.skills))
+    with torch.no_grad():
+        for p in wild.heads.parameters():
+            p.add_(3.0)
+    images, _ = _initial(robot, 2)
+    arm = get_arm(robot)
+    proprio = np.tile(np.append(arm.home, 1.0), (2, 1)).astype(np.float32)  # within the joint limits
+    last["proprio"] = torch.as_tensor(pad(robot, proprio))
+    config = ImaginationConfig(num_rollouts=2, num_world_seeds=1, agreement=1, horizon=4)
+    imagine_composition(
+        world, _judge_saying(judge, -5.0), wild, _deadlines(robot), get_composition(robot, "two_buttons"),
+        images, proprio, config, fps=FPS,
+    )  # fmt: skip
+    clipped_some = False
+    for actions, start in sent:
+        native, current = unpad(robot, actions.numpy()), unpad(robot, start.numpy())[:, : arm.n_joints]
+        for a, q in zip(native, current, strict=True):
+            assert check_joint_command(arm, a, q, 1 / FPS) is None
+            clipped_some |= bool(a[-1] in (0.0, 1.0))
+    assert len(sent) == 4 and clipped_some
 
 
 def test_world_seeds_change_the_imagined_frames_and_the_seed_reproduces_them(models):

@@ -35,6 +35,7 @@ from robocoach_skills.constants import (
 )
 from robocoach_skills.device import fast_dtype
 from robocoach_skills.experts.model import ChunkPolicy
+from robocoach_skills.sim.arms import clip_joint_commands, get_arm
 from robocoach_skills.skill_policy import ChunkExecutionConfig
 from robocoach_world.judge.model import ProgressJudge
 from robocoach_world.judge.verdict import NEVER, BatchedJudge, Deadlines, DoneRule, VerdictConfig
@@ -185,6 +186,7 @@ def imagine_composition(
         _refill(library, queue, queued, rows, running, observed, subtasks)
         position = np.minimum(per_chunk - queued, per_chunk - 1)  # next queued action
         actions = queue[torch.arange(n_rows, device=device), torch.as_tensor(position, device=device)]
+        actions = _applied(robot, actions, proprio, 1.0 / fps)
         queued -= running
         live = None if running.all() else np.nonzero(running)[0]  # rows whose trial has ended stand still
         world_state, images, proprio = _step_world(
@@ -259,6 +261,18 @@ def majority(first_failures: list[int]) -> tuple[int, int]:
     tied = [f for f, n in votes.items() if n == best]
     failures = [f for f in tied if f >= 0]
     return (min(failures) if failures else -1), best
+
+
+def _applied(robot: str, actions: torch.Tensor, proprio: torch.Tensor, dt: float) -> torch.Tensor:
+    """(B, 8) commands -> what the robot would apply from the (B, 8) imagined proprio: every robot clips
+    to its velocity and position limits and the gripper to [0, 1] (`robots.base`), and CoachWorld
+    learned from applied actions. Unclipped, an expert's gripper command of -1 drove the predicted
+    reading to -1 and the hand rose twice as high as deployed (session 34)."""
+    arm = get_arm(robot)
+    native = action_contract.unpad(robot, actions.float().cpu().numpy())
+    current = action_contract.unpad(robot, proprio.float().cpu().numpy())[:, : arm.n_joints]
+    applied = action_contract.pad(robot, clip_joint_commands(arm, native, current, dt).astype(np.float32))
+    return torch.as_tensor(applied, device=actions.device, dtype=actions.dtype)
 
 
 def _step_world(

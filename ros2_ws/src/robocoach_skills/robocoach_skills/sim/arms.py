@@ -289,12 +289,37 @@ def clip_joint_command(arm: ArmSpec, q_target, q_current, dt: float) -> np.ndarr
     q, gripper, reason = _split_command(arm, q_target)
     if reason:
         raise ValueError(reason)
-    if dt <= 0:
-        raise ValueError(f"dt must be positive, got {dt}")
-    current = np.asarray(q_current, dtype=np.float64).reshape(-1)
-    step = arm.velocity_array * dt
-    q = np.clip(q, current - step, current + step)
-    q = np.clip(q, arm.lower_array, arm.upper_array)
+    q = _clip_joints(arm, q, np.asarray(q_current, dtype=np.float64).reshape(-1), dt)
     if gripper is None:
         return q
     return np.append(q, np.clip(gripper, 0.0, 1.0))
+
+
+def clip_joint_commands(arm: ArmSpec, actions, q_current, dt: float) -> np.ndarray:
+    """`clip_joint_command` of every row: actions (N, action_dim), measured positions (N, n_joints).
+
+    For commands that never reach a robot but must move as if they had (imagination: CoachWorld was
+    trained on the actions robots applied). A non-finite value raises ValueError naming its rows.
+    """
+    a = np.asarray(actions, dtype=np.float64)
+    current = np.asarray(q_current, dtype=np.float64)
+    if a.ndim != 2 or a.shape[1] != arm.action_dim or current.shape != (len(a), arm.n_joints):
+        raise ValueError(
+            f"{arm.name} commands must be (N, {arm.action_dim}) with positions (N, {arm.n_joints}), "
+            f"got {a.shape} and {current.shape}"
+        )
+    bad = ~np.isfinite(a).all(axis=1)
+    if bad.any():
+        raise ValueError(f"commands have non-finite values in rows {np.flatnonzero(bad).tolist()}")
+    q = _clip_joints(arm, a[:, : arm.n_joints], current, dt)
+    return np.concatenate([q, np.clip(a[:, arm.n_joints :], 0.0, 1.0)], axis=1)
+
+
+def _clip_joints(arm: ArmSpec, q: np.ndarray, current: np.ndarray, dt: float) -> np.ndarray:
+    """Joint targets (..., n_joints) within one step of `current` at the velocity limits, and within the
+    position limits."""
+    if dt <= 0:
+        raise ValueError(f"dt must be positive, got {dt}")
+    step = arm.velocity_array * dt
+    q = np.clip(q, current - step, current + step)
+    return np.clip(q, arm.lower_array, arm.upper_array)
