@@ -8,7 +8,7 @@ from torch import nn
 
 from robocoach_skills.action_contract import ACTION_DIM
 from robocoach_world.world.arm_sketch import SKETCH_CHANNELS
-from robocoach_world.world.model import CoachWorld, WorldConfig, WorldState
+from robocoach_world.world.model import CoachWorld, LossConfig, WorldConfig, WorldState
 
 SIZE = 32
 TINY = WorldConfig(image_size=SIZE, channels=(8, 16), embed_dim=32, hidden_dim=32, latent_dim=4, robot_dim=4)
@@ -163,3 +163,28 @@ def test_the_decoded_frame_follows_the_sketched_arm(model):
     _, frames, _ = model.imagine(state, actions, IDS, torch.Generator().manual_seed(0))
     _, frames_moved, _ = model.imagine(state, moved, IDS, torch.Generator().manual_seed(0))
     assert (frames.float() - frames_moved.float()).abs().amax() > 0
+
+
+def test_the_gripper_reading_is_weighed_apart_from_the_joints(model):
+    """A cube held between the fingers shows only in the gripper reading: its error has its own weight."""
+    images, proprio = _history(2)
+    k = 3
+    batch = {
+        "history_images": images, "history_proprio": proprio, "actions": _actions(k),
+        "future_images": _history(k, seed=1)[0], "future_proprio": _history(k, seed=2)[1],
+        "valid": torch.ones(len(IDS), k), "robot_id": IDS,
+    }  # fmt: skip
+
+    def loss(batch: dict, **weights: float) -> tuple[float, dict]:
+        torch.manual_seed(0)  # the same posterior samples every call
+        total, parts = model(batch, LossConfig(vary_history=False, **weights))
+        return total.item(), parts
+
+    plain, parts = loss(batch, gripper_weight=0.0)
+    weighed, _ = loss(batch, gripper_weight=0.5)
+    assert weighed - plain == pytest.approx(0.5 * parts["gripper_mse"], rel=1e-4)
+    held = dict(batch, future_proprio=batch["future_proprio"].clone())
+    held["future_proprio"][..., -1] += 0.45  # only the reading differs: the joints' term stays
+    _, moved = loss(held, gripper_weight=0.5)
+    assert moved["proprio_mse"] == pytest.approx(parts["proprio_mse"], rel=1e-4)
+    assert moved["gripper_mse"] != pytest.approx(parts["gripper_mse"], rel=1e-2)

@@ -89,7 +89,12 @@ class LossConfig:
 
     kl_weight: float = 1e-3  # weight of KL(posterior || prior) [per nat] against the image MSE
     free_nats: float = 0.5  # KL per step below this is not penalised (keeps z informative)
-    proprio_weight: float = 0.1  # weight of the masked proprio MSE [per rad^2]
+    proprio_weight: float = 0.1  # weight of the joints' MSE [per rad^2]
+    # Weight of the gripper reading's squared error [per unit of opening^2]: the one proprio channel the
+    # scene decides (a cube between the fingers holds them at 0.45 while the command says 0). Averaged in
+    # with the joints, CoachWorld let a held grasp's reading decay towards the command (0.45 -> 0.1-0.3
+    # over a replayed pick), so the grasp check failed every imagined pick (session 34).
+    gripper_weight: float = 0.1
     prior_fraction: float = 0.25  # share of sequences rolled out on prior samples (as in imagination)
     history_noise: float = 0.05  # max std of pixel noise on history frames (drawn per sequence)
     latent_noise: float = 0.01  # std of noise added to h after every step
@@ -420,20 +425,25 @@ class CoachWorld(nn.Module):
         frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
         weight = valid / valid.sum().clamp(min=1)
         image_mse = motion_weighted_mse(frames.permute(0, 1, 3, 4, 2), target, clean[:, -1], loss)  # (B, K)
-        mask = self.channel_masks[robot_ids][:, None]
-        proprio_mse = (((proprio - batch["future_proprio"]) * mask) ** 2).sum(-1) / mask.sum(-1)  # (B, K)
+        joints = self.channel_masks[robot_ids][:, None].clone()
+        joints[..., -1] = False  # the gripper is weighed on its own
+        error = proprio - batch["future_proprio"]
+        joint_mse = ((error * joints) ** 2).sum(-1) / joints.sum(-1)  # (B, K)
         kl = torch.stack(kls, dim=1)  # (B, K) nats per step
-        image_term, proprio_term = (image_mse * weight).sum(), (proprio_mse * weight).sum()
+        image_term, proprio_term = (image_mse * weight).sum(), (joint_mse * weight).sum()
+        gripper_term = (error[..., -1] ** 2 * weight).sum()
         kl_term = (kl * weight).sum()
         total = (
             image_term
             + loss.proprio_weight * proprio_term
+            + loss.gripper_weight * gripper_term
             + loss.kl_weight * kl_term.clamp(min=loss.free_nats)
         )
         parts = {
             "loss": total.item(),
             "image_mse": image_term.item(),
             "proprio_mse": proprio_term.item(),
+            "gripper_mse": gripper_term.item(),
             "kl": kl_term.item(),
         }
         return total, parts

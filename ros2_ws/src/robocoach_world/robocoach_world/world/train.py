@@ -189,9 +189,12 @@ def _stop_all(ctx: DistributedContext, out_of_time: bool) -> bool:
     return ctx.mean(float(out_of_time)) > 0
 
 
+LOSS_PARTS = ("loss", "image_mse", "proprio_mse", "gripper_mse", "kl")  # CoachWorld.forward's parts, logged
+
+
 def _summary(curves: list[dict], steps: int, seconds: float, n_train: int, n_val: int) -> dict:
     tail = curves[-min(50, len(curves)) :]
-    metrics = {k: float(np.mean([r[k] for r in tail])) for k in ("loss", "image_mse", "proprio_mse", "kl")}
+    metrics = {k: float(np.mean([r[k] for r in tail])) for k in LOSS_PARTS}
     evals = [r for r in curves if "val_psnr_model" in r]
     if evals:
         metrics |= {k: v for k, v in evals[-1].items() if k.startswith("val_")}
@@ -211,8 +214,9 @@ def plot_curves(curves: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     steps = np.array([r["step"] for r in curves])
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.2))
-    for ax, key in zip(axes, ("image_mse", "proprio_mse", "kl"), strict=False):
+    parts = LOSS_PARTS[1:]
+    fig, axes = plt.subplots(1, len(parts) + 1, figsize=(4 * len(parts) + 4, 3.2))
+    for ax, key in zip(axes, parts, strict=False):
         values = np.array([r[key] for r in curves])
         width = max(1, len(values) // 50)
         smooth = np.convolve(values, np.ones(width) / width, mode="valid")
@@ -224,11 +228,11 @@ def plot_curves(curves: list[dict], path: Path) -> None:
     evals = [r for r in curves if "val_psnr_model" in r]
     if evals:
         x = [r["step"] for r in evals]
-        axes[3].plot(x, [r["val_psnr_model"] for r in evals], "o-", label="model (mean over h)")
-        axes[3].plot(x, [r["val_psnr_copy_last"] for r in evals], "--", label="copy last frame")
-        axes[3].legend(fontsize=7)
-    axes[3].set_title("held-out PSNR [dB]")
-    axes[3].set_xlabel("step")
+        axes[-1].plot(x, [r["val_psnr_model"] for r in evals], "o-", label="model (mean over h)")
+        axes[-1].plot(x, [r["val_psnr_copy_last"] for r in evals], "--", label="copy last frame")
+        axes[-1].legend(fontsize=7)
+    axes[-1].set_title("held-out PSNR [dB]")
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
