@@ -186,5 +186,5 @@ def test_the_gripper_reading_is_weighed_apart_from_the_joints(model):
     held = dict(batch, future_proprio=batch["future_proprio"].clone())
     held["future_proprio"][..., -1] += 0.45  # only the reading differs: the joints' term stays
     _, moved = loss(held, gripper_weight=0.5)
-    assert moved["proprio_mse"] == pytest.approx(parts["proprio_mse"], rel=1e-4)
+    assert moved["joint_mse"] == pytest.approx(parts["joint_mse"], rel=1e-4)
     assert moved["gripper_mse"] != pytest.approx(parts["gripper_mse"], rel=1e-2)

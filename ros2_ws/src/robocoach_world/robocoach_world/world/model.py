@@ -430,19 +430,19 @@ class CoachWorld(nn.Module):
         error = proprio - batch["future_proprio"]
         joint_mse = ((error * joints) ** 2).sum(-1) / joints.sum(-1)  # (B, K)
         kl = torch.stack(kls, dim=1)  # (B, K) nats per step
-        image_term, proprio_term = (image_mse * weight).sum(), (joint_mse * weight).sum()
+        image_term, joint_term = (image_mse * weight).sum(), (joint_mse * weight).sum()
         gripper_term = (error[..., -1] ** 2 * weight).sum()
         kl_term = (kl * weight).sum()
         total = (
             image_term
-            + loss.proprio_weight * proprio_term
+            + loss.proprio_weight * joint_term
             + loss.gripper_weight * gripper_term
             + loss.kl_weight * kl_term.clamp(min=loss.free_nats)
         )
         parts = {
             "loss": total.item(),
             "image_mse": image_term.item(),
-            "proprio_mse": proprio_term.item(),
+            "joint_mse": joint_term.item(),
             "gripper_mse": gripper_term.item(),
             "kl": kl_term.item(),
         }

@@ -189,7 +189,7 @@ def _stop_all(ctx: DistributedContext, out_of_time: bool) -> bool:
     return ctx.mean(float(out_of_time)) > 0
 
 
-LOSS_PARTS = ("loss", "image_mse", "proprio_mse", "gripper_mse", "kl")  # CoachWorld.forward's parts, logged
+LOSS_PARTS = ("loss", "image_mse", "joint_mse", "gripper_mse", "kl")  # CoachWorld.forward's parts, logged
 
 
 def _summary(curves: list[dict], steps: int, seconds: float, n_train: int, n_val: int) -> dict:
