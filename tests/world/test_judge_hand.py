@@ -46,7 +46,9 @@ def test_a_hand_judge_refuses_frames_without_proprio_and_a_frames_only_judge_nee
     judge = ProgressJudge(CONFIG)
     with pytest.raises(ValueError, match=r"JudgeConfig\.hand"):
         judge(frames, judge.condition(["franka"], [PICK]))
-    frames_only = ProgressJudge(JudgeConfig(image_size=SIZE, channels=(8, 8), feature_dim=8, hand=False))
+    frames_only = ProgressJudge(
+        JudgeConfig(image_size=SIZE, channels=(8, 8), feature_dim=8, hand=False, hand_skills=())
+    )
     logits, _ = frames_only(frames, frames_only.condition(["franka"], [PICK]))
     assert logits.shape == (1, 3, 2)
 
@@ -69,3 +71,35 @@ def test_online_judging_equals_judging_the_whole_segment():
     scores = torch.sigmoid(logits[0]).numpy()
     np.testing.assert_allclose(progress, scores[:, 0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(done, scores[:, 1], rtol=1e-5, atol=1e-6)
+
+
+def test_hand_skills_see_no_frames_online_and_over_a_segment():
+    """A pick (a hand skill by default) is judged the same whatever its frames show; a press reads
+    them. Online judging equals judging the whole segment."""
+    torch.manual_seed(4)
+    judge = ProgressJudge(CONFIG).eval()
+    assert CONFIG.hand_skills == ("pick",)
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (2, 5, SIZE, SIZE, 3), dtype=np.uint8)
+    other = rng.integers(0, 256, frames.shape, dtype=np.uint8)
+    proprio = torch.as_tensor(np.stack([_proprio("franka", 5, seed=k) for k in (6, 7)]))
+    press = Subtask("press_button", "red_button")
+    cond = judge.condition(["franka", "franka"], [PICK, press])
+    with torch.no_grad():
+        logits, _ = judge(torch.as_tensor(frames), cond, proprio=proprio)
+        changed, _ = judge(torch.as_tensor(other), cond, proprio=proprio)
+    torch.testing.assert_close(logits[0], changed[0])
+    assert not torch.allclose(logits[1], changed[1])
+    online = BatchedJudge(judge, rows=2)
+    online.reset_rows([0, 1], [PICK, press], "franka")
+    done = [(online.update(other[:, t], proprio[:, t].numpy()), online.done.copy())[1] for t in range(5)]
+    np.testing.assert_allclose(
+        np.stack(done, 1), torch.sigmoid(changed[..., 1]).numpy(), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_hand_skills_must_be_skills_and_need_the_hand():
+    with pytest.raises(ValueError, match="not skills"):
+        ProgressJudge(JudgeConfig(**{**CONFIG.__dict__, "hand_skills": ("juggle",)}))
+    with pytest.raises(ValueError, match="needs hand=True"):
+        JudgeConfig(**{**CONFIG.__dict__, "hand": False, "hand_skills": ("pick",)})

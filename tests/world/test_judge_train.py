@@ -222,7 +222,7 @@ def test_time_warp_holds_and_skips_frames_with_their_own_labels():
         proprio=np.repeat(np.arange(n, dtype=np.float32)[:, None], 8, axis=1),  # franka: 7 joints + gripper
     )
     judge = ProgressJudge(JudgeConfig())
-    plain = SegmentConfig(start_jitter=(0, 0), shift_px=0)
+    plain = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=0)
     sample = SegmentDataset([episode], judge, plain)[0]
     np.testing.assert_array_equal(sample["frames"][:, 0, 0, 0].numpy(), np.arange(n))
     warped = SegmentDataset([episode], judge, dataclasses.replace(plain, time_warp=0.3), seed=1)
@@ -262,7 +262,7 @@ def test_counterfactual_segments_ask_about_another_object_and_train_the_done_hea
         for task in ("press_push", "close_then_push")  # first subtasks: press red_button, close_drawer
     )
     judge = ProgressJudge(JudgeConfig())
-    swap = SegmentConfig(start_jitter=(0, 0), shift_px=0, counterfactual=1.0)
+    swap = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=0, counterfactual=1.0)
     sample = SegmentDataset([press], judge, swap)[0]
     other = judge.condition(["franka"], [Subtask("press_button", "green_button")])[0]
     assert torch.equal(sample["cond"], other) and not sample["progress_known"]
@@ -284,3 +284,36 @@ def test_counterfactual_segments_ask_about_another_object_and_train_the_done_hea
     torch.testing.assert_close(both - done_only, unscored)
     with pytest.raises(ValueError, match="counterfactual"):
         SegmentConfig(counterfactual=1.5)
+
+
+def test_held_tail_repeats_the_last_frame_hand_and_label_within_max_len():
+    """A held tail appends copies of the segment's last frame with its proprio and progress (a robot that
+    stays where it stopped), never past max_len; without augmentation the segment is as recorded."""
+    n = 10
+    images = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3))
+    episode = SimpleNamespace(
+        images=images,
+        progress=np.linspace(0, 1, n, dtype=np.float32),
+        subtask_index=np.zeros(n, dtype=np.int64),
+        composition=get_composition("franka", "pick_place_bin"),
+        proprio=np.arange(n * 8, dtype=np.float32).reshape(n, 8),
+    )
+    judge = ProgressJudge(JudgeConfig())
+    held = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=30, max_len=25)
+    dataset = SegmentDataset([episode], judge, held, seed=3)
+    lengths = set()
+    for _ in range(20):
+        sample = dataset[0]
+        length = len(sample["progress"])
+        lengths.add(length)
+        assert n <= length <= held.max_len
+        np.testing.assert_array_equal(sample["frames"][:n].numpy(), images)
+        for key, last in (("frames", images[-1]), ("proprio", episode.proprio[-1]), ("progress", 1.0)):
+            np.testing.assert_array_equal(
+                sample[key][n - 1 :].numpy(), np.broadcast_to(last, sample[key][n - 1 :].shape)
+            )
+    assert len(lengths) > 1 and max(lengths) == held.max_len  # random lengths, capped
+    plain = SegmentDataset([episode], judge, dataclasses.replace(held, augment=False))[0]
+    assert len(plain["progress"]) == n
+    with pytest.raises(ValueError, match="held_tail"):
+        SegmentConfig(held_tail=-1)

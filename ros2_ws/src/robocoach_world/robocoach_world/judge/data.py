@@ -16,6 +16,10 @@ to the pace of a subtask:
     0 throughout; its progress is not scored (how near the hand came to the other object is not in
     the labels). Failures where the operator worked on the wrong object are a few per corpus; this
     gives the done head one for every segment.
+  * held tail: the segment's last frame, its hand and its label repeated a random number of steps,
+    as a robot that stays where it stopped. Scripted demos move on as soon as a subtask is done, so
+    without it a long segment is mostly a failure and the judge learns a clock: an expert that
+    completed a pick and held it saw its done score decay back to 0.1 (session 35).
 
 Sample: frames (L, H, W, 3) uint8, proprio (L, 8) float32 padded (`action_contract.pad`), progress (L,)
 float32, cond (4,) long (see ProgressJudge.condition), progress_known () bool (False for a counterfactual
@@ -68,6 +72,7 @@ class SegmentConfig:
     time_warp: float = 0.0  # per frame: probability of holding the last frame, and of skipping one
     # per segment with other objects of its kind: probability of judging it as one of them instead
     counterfactual: float = 0.0
+    held_tail: int = 60  # per segment: its last frame held for 0..held_tail more steps (within max_len)
     augment: bool = True  # False for validation: exact starts, no shift, no warp, no counterfactuals
 
     def __post_init__(self) -> None:
@@ -79,10 +84,11 @@ class SegmentConfig:
             or self.shift_px < 0
             or not 0 <= self.time_warp < 0.5
             or not 0 <= self.counterfactual <= 1
+            or self.held_tail < 0
         ):
             raise ValueError(
-                "SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0, "
-                f"0 <= time_warp < 0.5, 0 <= counterfactual <= 1; got {self}"
+                "SegmentConfig needs max_len >= 1, start_jitter (<= 0, >= 0), shift_px >= 0, 0 <= time_warp "
+                f"< 0.5, 0 <= counterfactual <= 1, held_tail >= 0; got {self}"
             )
 
 
@@ -148,6 +154,9 @@ class SegmentDataset(Dataset):
             lo, hi = c.start_jitter
             start = int(np.clip(start + self.rng.integers(lo, hi + 1), 0, s.end - 1))
         index = self._frame_index(start, s.end)  # (L,) frames of the episode, in order
+        if c.augment and c.held_tail:
+            held = min(int(self.rng.integers(c.held_tail + 1)), c.max_len - len(index))
+            index = np.concatenate([index, np.full(held, index[-1])])
         frames = episode.images[index]  # (L, H, W, 3)
         proprio = pad(s.robot, episode.proprio[index].astype(np.float32))  # (L, 8)
         progress = episode.progress[index].copy()  # (L,)
