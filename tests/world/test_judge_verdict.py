@@ -64,7 +64,15 @@ class PixelJudge(ProgressJudge):
 
     def __init__(self) -> None:
         super().__init__(
-            JudgeConfig(image_size=SIZE, channels=(8,), feature_dim=4, embed_dim=2, hidden_dim=4, hand=False)
+            JudgeConfig(
+                image_size=SIZE,
+                channels=(8,),
+                feature_dim=4,
+                embed_dim=2,
+                hidden_dim=4,
+                hand=False,
+                hand_skills=(),
+            )
         )
         self.encoder = _PixelEncoder(self.config.feature_dim)
 
@@ -371,3 +379,32 @@ def test_router_with_the_judge_detector_switches_like_judge_episode():
     assert trial.outcome == "SUCCESS" and trial.switch_steps == [3, 7]
     verdict = judge_episode(PixelJudge(), VideoClip(frames_for(trace[1:]), TWO, FPS), LOOSE)
     assert [round(s * FPS) + 1 for s in verdict.switch_times] == trial.switch_steps
+
+
+def test_a_skill_whose_done_score_plateaus_lower_gets_its_own_threshold():
+    press = Composition("press", "franka", (Subtask("press_button", "red_button"),))
+    drawer = Composition("open", "franka", (Subtask("open_drawer", "drawer"),))
+
+    def video(comp: Composition, done_score: float, success: bool) -> Labelled:
+        progress = np.array([0.2, 1.0, 1.0, 1.0] if success else [0.1, 0.5, 0.5, 0.5], dtype=np.float32)
+        trace = frames_for([0.1, done_score, done_score, done_score])
+        return Labelled(trace, comp, FPS, np.zeros(4, dtype=np.int64), progress, success)
+
+    # 6 presses done at 0.95 and 6 failed ones scoring 0.75; 3 drawers done that plateau at 0.65.
+    videos = (
+        [video(press, 0.95, True)] * 6 + [video(press, 0.75, False)] * 6 + [video(drawer, 0.65, True)] * 3
+    )
+    # Over all subtasks 0.8-0.9 score 6 / 9 and 0.6 scores 9 / 15, so the rule's threshold is 0.9; the
+    # drawers alone score 3 / 3 at 0.2-0.6 and 0 above, so they get 0.6.
+    rule, scores = calibrate_threshold(PixelJudge(), videos, VerdictConfig())
+    assert scores[0.9] == scores[0.8] == pytest.approx(6 / 9) and scores[0.6] == pytest.approx(9 / 15)
+    assert rule.threshold == 0.9 and rule.skill_thresholds == {"open_drawer": 0.6}
+    assert Deadlines({}, rule=asdict(rule)).verdict_config(VerdictConfig()) == rule  # JSON round trip
+    done = DoneRule(rule, rows=2)
+    steps = [done.update(np.array([0.65, 0.65]), ["open_drawer", "press_button"]) for _ in range(2)]
+    assert steps[-1].tolist() == [True, False]
+    # 3 drawer completions are too few for their own threshold when 4 are asked for
+    rule, _ = calibrate_threshold(PixelJudge(), videos, VerdictConfig(), min_samples=4)
+    assert rule.skill_thresholds == {}
+    with pytest.raises(ValueError, match="open_drawer"):
+        VerdictConfig(skill_thresholds={"open_drawer": 1.0})

@@ -23,8 +23,9 @@ import argparse
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -117,8 +118,9 @@ def calibrate_threshold(
     base: VerdictConfig,
     candidates: Sequence[float] = THRESHOLD_CANDIDATES,
     tolerance_s: float = SWITCH_TOLERANCE_S,
+    min_samples: int = MIN_DEADLINE_SAMPLES,
 ) -> tuple[VerdictConfig, dict[float, float]]:
-    """The done threshold under which the judge's switches best match the truth on held-out videos.
+    """The done thresholds under which the judge's switches best match the truth on held-out videos.
 
     Score of a threshold: ground-truth completions the judge detects at their true time or up to
     `tolerance_s` after it, over those completions plus the judge's false completions (subtasks it
@@ -126,22 +128,41 @@ def calibrate_threshold(
     leaves a subtask unfinished, which fails the trial, where a late one only costs time. Only
     failed videos can have false completions; without them a low threshold that catches every
     completion early enough wins, and the same judge then calls failed subtasks done. Ties go to the
-    higher threshold. Returns (the rule with that threshold, threshold -> score).
+    higher threshold. The best over all subtasks is the rule's `threshold`; a skill with at least
+    `min_samples` true completions whose own subtasks score best at another candidate (every video
+    judged at one threshold at a time) gets that one in `skill_thresholds`.
+    Returns (the rule, threshold -> score over all subtasks).
     """
-    scores = {}
+    hits: dict[float, Counter] = {t: Counter() for t in candidates}
+    total: dict[float, Counter] = {t: Counter() for t in candidates}
+    completions: Counter = Counter()
     for threshold in candidates:
-        config = VerdictConfig(threshold=threshold, consecutive=base.consecutive)
-        hits = total = 0
+        config = replace(base, threshold=threshold, skill_thresholds={})
         for video in videos:
             verdict = judge_episode(judge, video, None, config)
-            for frame, judged, seconds in zip(
-                completion_frames(video), verdict.completed, verdict.switch_times, strict=True
+            for subtask, frame, judged, seconds in zip(
+                video.composition.subtasks,
+                completion_frames(video),
+                verdict.completed,
+                verdict.switch_times,
+                strict=True,
             ):
-                total += frame >= 0 or judged
-                hits += frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
-        scores[threshold] = hits / max(total, 1)
-    best = max(candidates, key=lambda t: (scores[t], t))
-    return VerdictConfig(threshold=best, consecutive=base.consecutive), scores
+                total[threshold][subtask.skill] += frame >= 0 or judged
+                hits[threshold][subtask.skill] += (
+                    frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
+                )
+                completions[subtask.skill] += threshold == candidates[0] and frame >= 0
+
+    def best(skills: Sequence[str]) -> tuple[float, dict[float, float]]:
+        scores = {
+            t: sum(hits[t][k] for k in skills) / max(sum(total[t][k] for k in skills), 1) for t in candidates
+        }
+        return max(candidates, key=lambda t: (scores[t], t)), scores
+
+    threshold, scores = best(list(completions))
+    own = {skill: best([skill])[0] for skill, n in completions.items() if n >= min_samples}
+    skill_thresholds = {skill: t for skill, t in sorted(own.items()) if t != threshold}
+    return replace(base, threshold=threshold, skill_thresholds=skill_thresholds), scores
 
 
 def calibrate(
@@ -156,8 +177,9 @@ def calibrate(
     it on their truly completed subtasks; freeze the result with `.save(<judge>/deadlines.json)`."""
     rule, scores = calibrate_threshold(judge, videos, base)
     log.info(
-        "done threshold %s (score: switches 0-%s s after the truth over true + false ones: %s)",
+        "done threshold %s, per skill %s (score: switches 0-%s s after the truth over true + false ones: %s)",
         rule.threshold,
+        rule.skill_thresholds,
         SWITCH_TOLERANCE_S,
         scores,
     )

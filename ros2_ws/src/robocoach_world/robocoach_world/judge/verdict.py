@@ -55,10 +55,14 @@ class VerdictConfig:
     # gripper readings (proprio's last channel: 0 closed .. 1 open) of fingers holding a cube: the
     # 4 cm cubes read 0.45 on Franka and 0.53 on PiPER, closed on nothing 0, open 0.8-1
     holding: tuple[float, float] = (0.2, 0.7)
+    # skill -> its own threshold, where calibration found a better one than `threshold` (a pick judged
+    # from the hand alone plateaus near 0.65 once done: JudgeConfig.hand_skills, session 35)
+    skill_thresholds: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not 0 < self.threshold < 1:
-            raise ValueError(f"VerdictConfig.threshold must be in (0, 1), got {self.threshold}")
+        for name, value in {"threshold": self.threshold, **self.skill_thresholds}.items():
+            if not 0 < value < 1:
+                raise ValueError(f"VerdictConfig threshold of {name} must be in (0, 1), got {value}")
         if self.consecutive < 1:
             raise ValueError(f"VerdictConfig.consecutive must be >= 1, got {self.consecutive}")
         low, high = self.holding
@@ -67,6 +71,10 @@ class VerdictConfig:
         # JSON (Deadlines.rule) gives lists back
         object.__setattr__(self, "grasp_skills", tuple(self.grasp_skills))
         object.__setattr__(self, "holding", (float(low), float(high)))
+
+    def thresholds(self, skills: Sequence[str]) -> np.ndarray:
+        """(B,) the done threshold of each row's skill."""
+        return np.array([self.skill_thresholds.get(skill, self.threshold) for skill in skills])
 
     def may_finish(self, skills: Sequence[str], gripper: np.ndarray | None) -> np.ndarray:
         """(B,) bool: may each row's subtask count as done now, given its skill and its gripper
@@ -92,9 +100,12 @@ class DoneRule:
         self, progress: np.ndarray, skills: Sequence[str] | None = None, gripper: np.ndarray | None = None
     ) -> np.ndarray:
         """(B,) done scores -> (B,) bool: done now. With each row's active skill and gripper reading
-        (B,), grasps also need the fingers to hold something (`VerdictConfig.may_finish`)."""
-        above = np.asarray(progress) >= self.config.threshold
-        if skills is not None:
+        (B,), each skill has its threshold and grasps also need the fingers to hold something
+        (`VerdictConfig.may_finish`); without skills every row has the global threshold."""
+        if skills is None:
+            above = np.asarray(progress) >= self.config.threshold
+        else:
+            above = np.asarray(progress) >= self.config.thresholds(skills)
             above &= self.config.may_finish(skills, gripper)
         self.streak = np.where(above, self.streak + 1, 0)
         return self.streak >= self.config.consecutive
