@@ -44,7 +44,9 @@ class Profile:
     corpus_per_use: int  # corpus: clean and failure-injected subtask episodes per (composition, subtask)
     corpus_per_composition: int  # corpus: clean and failure-injected whole-task episodes per composition
     rollouts_per_composition: int  # recorded bootstrap-expert rollouts per composition (judge, world)
-    calibration_rollouts: int  # more per composition, held out of training to calibrate the judge's rule
+    # more per composition, held out of training to calibrate the judge's rule; the pick's threshold
+    # needs expert picks: 1 per composition set it at 0.2 (4 of 17 expert picks on time), 7 at 0.3 (11)
+    calibration_rollouts: int
     world_steps: int  # CoachWorld training steps (600 never imagine the drawer opening: docs/world.md)
     judge_epochs: int  # judge training epochs (6 left it a clock on the expert rollouts: docs/bootstrap.md)
     judge_prior: bool  # pretrain the judge's frame encoder on the landmark prior (judge.train --prior)
@@ -63,7 +65,7 @@ class Profile:
 PROFILES = {
     "default": Profile(
         demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
-        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=1,
+        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=7,
         world_steps=3000, judge_epochs=40, judge_prior=True, judge_on_imagined=True,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
