@@ -133,25 +133,26 @@ def calibrate_threshold(
     judged at one threshold at a time) gets that one in `skill_thresholds`.
     Returns (the rule, threshold -> score over all subtasks).
     """
+    truth = [completion_frames(video) for video in videos]  # per video and subtask: -1 or its frame
+    completions = Counter(
+        subtask.skill
+        for video, frames in zip(videos, truth, strict=True)
+        for subtask, frame in zip(video.composition.subtasks, frames, strict=True)
+        if frame >= 0
+    )
     hits: dict[float, Counter] = {t: Counter() for t in candidates}
     total: dict[float, Counter] = {t: Counter() for t in candidates}
-    completions: Counter = Counter()
     for threshold in candidates:
         config = replace(base, threshold=threshold, skill_thresholds={})
-        for video in videos:
+        for video, frames in zip(videos, truth, strict=True):
             verdict = judge_episode(judge, video, None, config)
             for subtask, frame, judged, seconds in zip(
-                video.composition.subtasks,
-                completion_frames(video),
-                verdict.completed,
-                verdict.switch_times,
-                strict=True,
+                video.composition.subtasks, frames, verdict.completed, verdict.switch_times, strict=True
             ):
                 total[threshold][subtask.skill] += frame >= 0 or judged
                 hits[threshold][subtask.skill] += (
                     frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
                 )
-                completions[subtask.skill] += threshold == candidates[0] and frame >= 0
 
     def best(skills: Sequence[str]) -> tuple[float, dict[float, float]]:
         scores = {
@@ -159,7 +160,7 @@ def calibrate_threshold(
         }
         return max(candidates, key=lambda t: (scores[t], t)), scores
 
-    threshold, scores = best(list(completions))
+    threshold, scores = best(sorted({s.skill for video in videos for s in video.composition.subtasks}))
     own = {skill: best([skill])[0] for skill, n in completions.items() if n >= min_samples}
     skill_thresholds = {skill: t for skill, t in sorted(own.items()) if t != threshold}
     return replace(base, threshold=threshold, skill_thresholds=skill_thresholds), scores
