@@ -209,18 +209,22 @@ def test_the_landmark_prior_teaches_the_encoder_where_things_are():
     assert errors[perception.steps] < 0.6 * errors[1], errors
 
 
-def test_time_warp_holds_and_skips_frames_with_their_own_labels():
-    """A warped segment is the episode's frames in order, some held and some skipped, each with the
-    label of the frame shown; without warp (or for validation) it is the recorded run of frames."""
-    composition = get_composition("franka", "press_push")
-    n = 120
-    episode = SimpleNamespace(
+def _one_segment_episode(n: int, task: str) -> SimpleNamespace:
+    """n frames of `task`'s first subtask: frame k's pixels and proprio read k, progress goes 0 -> 1."""
+    return SimpleNamespace(
         images=np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3)),
         progress=np.linspace(0, 1, n, dtype=np.float32),
         subtask_index=np.zeros(n, dtype=np.int64),  # one segment: the whole episode
-        composition=composition,
+        composition=get_composition("franka", task),
         proprio=np.repeat(np.arange(n, dtype=np.float32)[:, None], 8, axis=1),  # franka: 7 joints + gripper
     )
+
+
+def test_time_warp_holds_and_skips_frames_with_their_own_labels():
+    """A warped segment is the episode's frames in order, some held and some skipped, each with the
+    label of the frame shown; without warp (or for validation) it is the recorded run of frames."""
+    n = 120
+    episode = _one_segment_episode(n, "press_push")
     judge = ProgressJudge(JudgeConfig())
     plain = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=0)
     sample = SegmentDataset([episode], judge, plain)[0]
@@ -249,18 +253,9 @@ def test_counterfactual_segments_ask_about_another_object_and_train_the_done_hea
     """A counterfactual segment shows the same frames, asks about the other button, is done at no frame,
     and leaves its progress unscored; the drawer has no other object and is never swapped."""
     n = 30
-    images = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3))
-    progress = np.linspace(0, 1, n, dtype=np.float32)
-    press, close = (
-        SimpleNamespace(
-            images=images,
-            progress=progress,
-            subtask_index=np.zeros(n, dtype=np.int64),
-            composition=get_composition("franka", task),
-            proprio=np.zeros((n, 8), dtype=np.float32),
-        )
-        for task in ("press_push", "close_then_push")  # first subtasks: press red_button, close_drawer
-    )
+    # first subtasks: press red_button, close_drawer
+    press, close = (_one_segment_episode(n, task) for task in ("press_push", "close_then_push"))
+    images, progress = press.images, press.progress
     judge = ProgressJudge(JudgeConfig())
     swap = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=0, counterfactual=1.0)
     sample = SegmentDataset([press], judge, swap)[0]
@@ -290,14 +285,8 @@ def test_held_tail_repeats_the_last_frame_hand_and_label_within_max_len():
     """A held tail appends copies of the segment's last frame with its proprio and progress (a robot that
     stays where it stopped), never past max_len; without augmentation the segment is as recorded."""
     n = 10
-    images = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 4, 4, 3))
-    episode = SimpleNamespace(
-        images=images,
-        progress=np.linspace(0, 1, n, dtype=np.float32),
-        subtask_index=np.zeros(n, dtype=np.int64),
-        composition=get_composition("franka", "pick_place_bin"),
-        proprio=np.arange(n * 8, dtype=np.float32).reshape(n, 8),
-    )
+    episode = _one_segment_episode(n, "pick_place_bin")
+    images = episode.images
     judge = ProgressJudge(JudgeConfig())
     held = SegmentConfig(start_jitter=(0, 0), shift_px=0, held_tail=30, max_len=25)
     dataset = SegmentDataset([episode], judge, held, seed=3)
