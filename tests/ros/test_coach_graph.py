@@ -145,6 +145,16 @@ def graph(ros_probe, offboard, operator, tmp_path):
             ros_probe.destroy_subscription(subscription)
 
 
+def _spin_or_fail(probe, graph: Graph, coach: RunningNode, done, what: str) -> None:
+    """Spin the probe until `done()`; past COACH_TIMEOUT_S fail with the logs of the coach and the
+    nodes it waits on, which say where it stood."""
+    try:
+        spin_until(probe, done, COACH_TIMEOUT_S, what)
+    except TimeoutError as error:
+        logs = [coach, graph.nodes["world_model"], graph.nodes["scripted_operator"]]
+        pytest.fail(f"{error}\n" + "\n".join(f"{n.name}'s log:\n{n.log()[-3000:]}" for n in logs))
+
+
 def _spin_while_coaching(probe, graph: Graph, coach: RunningNode, until, what: str) -> None:
     """Spin the probe until `until()`, failing if another node dies or the coach exits first."""
 
@@ -158,11 +168,11 @@ def _spin_while_coaching(probe, graph: Graph, coach: RunningNode, until, what: s
             )
         return False
 
-    spin_until(probe, done, COACH_TIMEOUT_S, what)
+    _spin_or_fail(probe, graph, coach, done, what)
 
 
 def _wait_for_exit(probe, graph: Graph, coach: RunningNode) -> None:
-    spin_until(probe, lambda: graph.check_alive() or not coach.alive(), COACH_TIMEOUT_S, "the coach to exit")
+    _spin_or_fail(probe, graph, coach, lambda: graph.check_alive() or not coach.alive(), "the coach to exit")
     assert coach.process.returncode == 0, coach.log()[-4000:]
     spin_until(probe, lambda: True, 0.5)  # take in what is still in flight
 

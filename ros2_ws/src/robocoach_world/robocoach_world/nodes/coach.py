@@ -18,20 +18,23 @@ starting it again resumes the round. With `exit_when_done` the process ends once
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import rclpy
 import torch
+from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
@@ -72,7 +75,7 @@ STATE_FILE = "coach_state.json"
 # With exit_when_done: how long the coach waits for subscribers to acknowledge its last requests, rounds
 # and scorecard before the process ends (a message still queued then is lost, reliable QoS or not) [s]
 FLUSH_TIMEOUT_S = 5.0
-STATUS_SUCCEEDED = 4  # action_msgs/GoalStatus
+GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
 
 class CallFailedError(RuntimeError):
@@ -144,7 +147,7 @@ class RosPorts:
             time.sleep(node.retry_wait_s)
             return Collected([], str(error), retry=True)
         accepted = [e.episode_id for e in result.episodes if e.accepted]
-        if status != STATUS_SUCCEEDED or not result.success:  # the station's own, explicit answer
+        if status != GoalStatus.STATUS_SUCCEEDED or not result.success:  # the station's own, explicit answer
             return Collected(accepted, result.message or f"the station ended the goal with status {status}")
         return Collected(accepted)
 
@@ -233,6 +236,7 @@ class CoachNode(Node):
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
         self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
         self.retry_wait_s = declare("retry_wait_s", 5.0).value  # before asking a busy station again
+        self.resend_after_s = declare("resend_after_s", 10.0).value  # an unanswered request is sent again
         self.exit_when_done = declare("exit_when_done", False).value
         torch.set_num_threads(declare("torch_threads", 1).value)
         if not str(experts_dir) or not str(store_dir):
@@ -313,32 +317,37 @@ class CoachNode(Node):
                 )
 
     # ------------------------------------------------------------------ calls
-    def _wait(self, future, timeout_s: float, what: str):
-        done = threading.Event()
-        future.add_done_callback(lambda _f: done.set())
-        if not done.wait(timeout_s):
-            raise CallFailedError(f"{what}: no answer within {timeout_s:.0f} s")
-        return future.result()
-
     def call(self, client, request, what: str, timeout_s: float = 30.0):
+        """A service's response. The services the coach calls (LoadAdapter, ResetScene) are idempotent,
+        so a request left unanswered for `resend_after_s` is sent again (see `await_answer`)."""
         if not client.wait_for_service(timeout_sec=timeout_s):
             raise CallFailedError(f"{what}: service {client.srv_name} is not available")
-        return self._wait(client.call_async(request), timeout_s, what)
+        send = lambda: client.call_async(request)  # noqa: E731
+        return await_answer(send, timeout_s, what, self.resend_after_s, self._warn)
 
     def goal_outcome(self, client: ActionClient, goal, timeout_s: float, what: str):
-        """(final status, result) of a goal; CallFailedError if it could not be sent or never ended."""
+        """(final status, result) of a goal; CallFailedError if it could not be sent or never ended.
+
+        A goal is sent once (a second copy would be a second goal); its result is asked for again when
+        the status topic says the goal ended and no result came within `resend_after_s`."""
         if not client.wait_for_server(timeout_sec=30.0):
             raise CallFailedError(f"{what}: action server is not available")
-        handle = self._wait(client.send_goal_async(goal), 30.0, what)
+        handle = await_answer(lambda: client.send_goal_async(goal), 30.0, what, math.inf, self._warn)
         if not handle.accepted:
             raise CallFailedError(f"{what}: goal not accepted (the server is busy)")
-        answer = self._wait(handle.get_result_async(), timeout_s, what)
+        answer = await_answer(
+            handle.get_result_async, timeout_s, f"{what} result", self.resend_after_s, self._warn,
+            resend=lambda: handle.status in GOAL_ENDED,
+        )  # fmt: skip
         return answer.status, answer.result
+
+    def _warn(self, text: str) -> None:
+        self.get_logger().warning(text)
 
     def run_goal(self, client: ActionClient, goal, timeout_s: float, what: str):
         """The result of a goal that must succeed."""
         status, result = self.goal_outcome(client, goal, timeout_s, what)
-        if status != STATUS_SUCCEEDED:
+        if status != GoalStatus.STATUS_SUCCEEDED:
             raise CallFailedError(f"{what}: goal ended with status {status}")
         return result
 
@@ -367,6 +376,45 @@ class CoachNode(Node):
             if not self._sensor.wait_for(lambda: self._image is not None and self._stamp > after, timeout_s):
                 raise CallFailedError(f"no camera frame and joint state within {timeout_s} s after reset")
             return {OBS_IMAGE: self._image, OBS_PROPRIO: self._joints.copy()}
+
+
+def await_answer(
+    send: Callable[[], Future],
+    timeout_s: float,
+    what: str,
+    resend_after_s: float,
+    warn: Callable[[str], None],
+    resend: Callable[[], bool] = lambda: True,
+):
+    """The result of the first of `send()`'s futures to complete within `timeout_s`; CallFailedError if
+    none does. Every `resend_after_s` without one, the request is sent again where `resend()` allows.
+
+    DDS drops a response whose reader the server has not matched yet, so a new client's first request
+    (a restarted coach's) can stay unanswered forever however long one waits; asking again cures it.
+
+    >>> from rclpy.task import Future
+    >>> lost, answered = Future(), Future()
+    >>> answered.set_result("v1 active")
+    >>> sent = iter([lost, answered])
+    >>> await_answer(lambda: next(sent), 1.0, "LoadAdapter", 0.01, warn=lambda _: None)
+    'v1 active'
+    """
+    deadline = time.monotonic() + timeout_s
+    answered = threading.Event()
+
+    def ask() -> Future:
+        future = send()
+        future.add_done_callback(lambda _f: answered.set())
+        return future
+
+    futures = [ask()]
+    while not answered.wait(max(0.0, min(resend_after_s, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            raise CallFailedError(f"{what}: no answer within {timeout_s:.0f} s")
+        if resend():
+            warn(f"{what}: no answer after {resend_after_s:g} s, asking again")
+            futures.append(ask())
+    return next(f for f in futures if f.done()).result()
 
 
 def _where(error: BaseException, frames: int = 3) -> str:
