@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from robocoach_skills.composition import Composition, Subtask
-from robocoach_skills.evaluation import evaluate, evaluation_seeds, success_rate
+from robocoach_skills.evaluation import HeldTruthDetector, evaluate, evaluation_seeds, success_rate
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
 from robocoach_skills.router import OUTCOME_SUCCESS, OUTCOME_TIMEOUT, Router, RouterConfig, UnknownSkillError
 from robocoach_skills.sim.scene import SceneConfig, SimScene
@@ -106,3 +106,53 @@ def test_replayed_demo_succeeds_on_ground_truth(scene):
     assert trial.ground_truth["completed"] == [True] * len(composition.subtasks)
     assert trial.ground_truth["progress"] == pytest.approx([1.0] * len(composition.subtasks))
     assert success_rate(result.trials) == 1.0
+
+
+class Schedule:
+    """A stand-in scene whose active subtask completes from step `done_from` on (None: never)."""
+
+    def __init__(self, done_from: int | None) -> None:
+        self.done_from, self.step, self.active_subtask = done_from, 0, 0
+
+    def subtask_success(self, index: int) -> bool:
+        assert index == self.active_subtask
+        return self.done_from is not None and self.step >= self.done_from
+
+
+def _confirmed_at(done_from: int | None, hold: int, deadline: int) -> int | None:
+    """The step (1-based, as the router counts) at which HeldTruthDetector confirms, None: never."""
+    scene = Schedule(done_from)
+    detector = HeldTruthDetector(RouterConfig(skill_deadline_steps={"pick": deadline}), scene, hold)
+    detector.reset(Subtask("pick", "red_cube"))
+    for step in range(1, deadline + 1):
+        scene.step = step
+        if detector.update({}, 0.0):
+            return step
+    return None
+
+
+def test_held_truth_confirms_a_hold_after_completion_or_at_the_deadline():
+    assert _confirmed_at(done_from=3, hold=0, deadline=20) == 3
+    assert _confirmed_at(done_from=3, hold=5, deadline=20) == 8
+    assert _confirmed_at(done_from=18, hold=5, deadline=20) == 20  # the deadline comes first
+    assert _confirmed_at(done_from=None, hold=5, deadline=20) is None  # never completed: never confirmed
+    with pytest.raises(ValueError, match="hold_steps must be >= 0"):
+        HeldTruthDetector(RouterConfig(), Schedule(None), -1)
+
+
+@pytest.mark.slow
+def test_held_truth_switches_a_hold_after_the_simulator_sees_completion(scene):
+    """Through the router and the evaluation's ground-truth monitor (which tells the scene the active
+    subtask), as stage 3 records its calibration rollouts."""
+    composition = training_compositions("franka")[0]
+    seed = evaluation_seeds(1)[0]
+    demo = ScriptedOperator(OperatorConfig(seed=0)).demo_composition(scene, composition, seed)
+
+    def first_switch(hold: int) -> int:
+        router = Router(Replay(demo), RouterConfig(deadline_steps=len(demo)))
+        router.detector = HeldTruthDetector(router.config, scene, hold)
+        trial = evaluate(router, scene, composition, [seed]).trials[0]
+        assert trial.ground_truth["completed"][0]
+        return trial.switch_steps[0]
+
+    assert first_switch(4) == first_switch(0) + 4

@@ -224,6 +224,35 @@ def test_threshold_calibration_counts_an_early_switch_as_a_miss():
     assert rule.threshold == 0.7
 
 
+def test_the_rule_is_chosen_on_held_rollouts_with_their_hold_as_the_late_allowance():
+    """Stage 3 calibrates the threshold on rollouts that hold each completed subtask (here 2 s) and the
+    deadlines on every held-out video: a slow, sure confirmation then beats an early, unsure one."""
+    one = Composition("press", "franka", (Subtask("press_button", "red_button"),))
+
+    def video(scores: list[float], progress: list[float]) -> Labelled:
+        n = len(scores)
+        return Labelled(
+            frames_for(scores), one, FPS, np.zeros(n, dtype=np.int64), np.array(progress, np.float32),
+            progress[-1] >= 1.0,
+        )  # fmt: skip
+
+    # completes at frame 3; the score sits at 0.35 until frame 15, then 0.75: at 0.2-0.3 the judge
+    # switches at frame 4 (0.1 s after), at 0.4-0.7 at frame 16 (1.3 s after)
+    held = video([0.1] * 3 + [0.35] * 12 + [0.75] * 5, [0.2, 0.5, 0.8] + [1.0] * 17)
+    stuck = video([0.1] + [0.35] * 19, [0.5] * 20)  # never completes; 0.2-0.3 call it done
+    demo = video([0.1, 0.1, 0.95, 0.95], [0.3, 0.6, 1.0, 1.0])  # confirmed at frame 3: 4 steps
+    rule, scores = calibrate_threshold(PixelJudge(), [held, stuck], VerdictConfig())  # 1 s allowance
+    assert rule.threshold == 0.3 and scores[0.3] == 0.5 and scores[0.7] == 0.0
+    deadlines = calibrate(
+        PixelJudge(), [demo], VerdictConfig(), quantile=1.0, margin=1.0, min_samples=1,
+        rule_videos=[held, stuck], tolerance_s=2.0,
+    )  # fmt: skip
+    assert deadlines.rule["threshold"] == 0.7  # 1 of 1 true and no false completion, within 2 s
+    assert deadlines.steps == {"franka": {"press_button": 4}}  # from the demo alone
+    # without rule videos the rule is chosen on `videos`
+    assert calibrate(PixelJudge(), [held, stuck], VerdictConfig(), tolerance_s=2.0).rule["threshold"] == 0.7
+
+
 def test_deadlines_count_the_completed_subtasks_of_failed_videos():
     # The judge confirms the first press at frame 4 (5 steps) and the second at frame 7 (3 steps).
     trace = frames_for([0.1, 0.1, 0.1, 0.95, 0.95, 0.1, 0.95, 0.95])

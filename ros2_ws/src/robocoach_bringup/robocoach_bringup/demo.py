@@ -45,8 +45,11 @@ class Profile:
     corpus_per_composition: int  # corpus: clean and failure-injected whole-task episodes per composition
     rollouts_per_composition: int  # recorded bootstrap-expert rollouts per composition (judge, world)
     # more per composition, held out of training to calibrate the judge's rule; the pick's threshold
-    # needs expert picks: 1 per composition set it at 0.2 (4 of 17 expert picks on time), 7 at 0.3 (11)
+    # needs completed expert picks, about 1 in 8 rollouts (20 per composition gave 24 on Franka)
     calibration_rollouts: int
+    # [s] a calibration rollout holds each completed subtask this long before switching, as the expert
+    # does while a deployed judge has not yet confirmed; the threshold counts confirmations this late
+    calibration_hold_s: float
     world_steps: int  # CoachWorld training steps (600 never imagine the drawer opening: docs/world.md)
     judge_epochs: int  # judge training epochs (6 left it a clock on the expert rollouts: docs/bootstrap.md)
     judge_prior: bool  # pretrain the judge's frame encoder on the landmark prior (judge.train --prior)
@@ -65,15 +68,15 @@ class Profile:
 PROFILES = {
     "default": Profile(
         demos_per_skill=10, train_steps=1500, perception_frames=3000, perception_steps=1500, eval_rollouts=5,
-        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=7,
-        world_steps=3000, judge_epochs=40, judge_prior=True, judge_on_imagined=True,
+        corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=20,
+        calibration_hold_s=5.0, world_steps=3000, judge_epochs=40, judge_prior=True, judge_on_imagined=True,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
         horizon=300, adapter_steps=300,
     ),
     "quick": Profile(
         demos_per_skill=3, train_steps=300, perception_frames=300, perception_steps=200, eval_rollouts=2,
         corpus_per_use=1, corpus_per_composition=0, rollouts_per_composition=1, calibration_rollouts=0,
-        world_steps=60, judge_epochs=1, judge_prior=False, judge_on_imagined=True,
+        calibration_hold_s=5.0, world_steps=60, judge_epochs=1, judge_prior=False, judge_on_imagined=True,
         demo_budget=4, demos_per_round=2, imagined_rollouts=8, initial_states=2,
         horizon=60, adapter_steps=20, eval_compositions=2,
     ),

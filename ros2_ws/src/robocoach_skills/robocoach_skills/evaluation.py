@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robocoach_skills import measures
-from robocoach_skills.composition import Composition
+from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
 from robocoach_skills.data.store import EpisodeStore
-from robocoach_skills.router import Router, TrialMonitor, TrialResult
+from robocoach_skills.router import CompletionDetector, Router, RouterConfig, TrialMonitor, TrialResult
 from robocoach_skills.sim.scene import SimScene
 
 EVAL_SEED_BASE = 1_000_000  # evaluation seeds start here; bootstrap/demo seeds stay far below
@@ -58,6 +58,34 @@ class GroundTruthMonitor(TrialMonitor):
             "first_failed": first_failed,
             "success": all(completed),
         }
+
+
+class HeldTruthDetector(CompletionDetector):
+    """Confirms `hold_steps` after the simulator first sees the active subtask complete, or at its
+    deadline if that comes first; never confirms a subtask that did not complete.
+
+    For recording calibration rollouts only: it reads privileged state, so it is not one of the
+    router's DETECTORS. The expert keeps acting on a completed subtask for as long as a deployed
+    detector may take to confirm it, so the judge's done threshold is chosen on video paced as
+    deployment paces it, not on video that moved on at completion.
+    """
+
+    def __init__(self, config: RouterConfig, scene: SimScene, hold_steps: int) -> None:
+        if hold_steps < 0:
+            raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
+        self.config, self.scene, self.hold_steps = config, scene, hold_steps
+        self._deadline, self._steps, self._held = 0, 0, -1
+
+    def reset(self, subtask: Subtask) -> None:
+        self._deadline, self._steps, self._held = self.config.deadline(subtask.skill), 0, -1
+
+    def update(self, obs: dict, done_prob: float) -> bool:
+        self._steps += 1
+        if self._held >= 0:
+            self._held += 1
+        elif self.scene.subtask_success(self.scene.active_subtask):
+            self._held = 0
+        return self._held >= 0 and (self._held >= self.hold_steps or self._steps >= self._deadline)
 
 
 class RecordingEnv:

@@ -12,10 +12,14 @@
    (`Profile.judge_on_imagined`) on that CoachWorld's imagined twins of them, so that it reads the
    video it will diagnose in imagination. Without the bootstrap demos the judge saw 10 completed
    picks per arm and never learned one (session 33, docs/world.md).
-4. The judge's done threshold and per-(arm, skill) deadlines calibrated on the calibration corpus and
-   the held-out rollouts, none of which it trained on, then frozen to <judge>/deadlines.json. The
-   rollouts add false completions to the threshold's score and the experts' own (slower) subtask
-   times to the deadlines.
+4. The judge's done threshold and per-(arm, skill) deadlines calibrated on held-out data it never
+   trained on, then frozen to <judge>/deadlines.json. The threshold is chosen on the held-out
+   rollouts, which switch `Profile.calibration_hold_s` after each true completion
+   (`evaluation.HeldTruthDetector`): the expert holds a completed subtask as it does while the
+   deployed judge has not confirmed, so a slow confirmation counts as one and an early one as a miss.
+   Scripted demos move on at completion and once set the pick's threshold low enough to fire early
+   on a third of expert picks. The deadlines come from the rollouts (the experts' own, slower
+   subtask times) and the calibration corpus.
 """
 
 from __future__ import annotations
@@ -30,14 +34,14 @@ from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.checkpoint import META_FILE
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
-from robocoach_skills.evaluation import evaluate, evaluation_seeds
+from robocoach_skills.evaluation import HeldTruthDetector, evaluate, evaluation_seeds
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import training_compositions
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.judge.checkpoint import DEADLINES_FILE
-from robocoach_world.judge.evaluate import calibrate
+from robocoach_world.judge.evaluate import SWITCH_TOLERANCE_S, calibrate
 from robocoach_world.judge.train import TrainConfig as JudgeTrainConfig
 from robocoach_world.judge.train import train as train_judge
 from robocoach_world.world.artifacts import CHECKPOINT_DIR
@@ -65,9 +69,10 @@ def run(config, results: dict) -> dict:
         ROLLOUTS: evaluation_seeds(profile.rollouts_per_composition, base=ROLLOUT_SEED_BASE),
         CALIBRATION: evaluation_seeds(profile.calibration_rollouts, base=CALIBRATION_SEED_BASE),
     }
+    hold_steps = round(profile.calibration_hold_s * SceneConfig().policy_hz)
     side_by_side(
         [
-            (record_arm, (config.output, robot, corpus_config, seeds, position))
+            (record_arm, (config.output, robot, corpus_config, seeds, hold_steps, position))
             for position, robot in enumerate(config.robots)
         ]
     )
@@ -94,9 +99,12 @@ def run(config, results: dict) -> dict:
         )  # fmt: skip
         judge, judge_metrics = train_judge(judge_config)
         # successful demos and expert rollouts the judge never trained on
-        videos = [store.get(m.episode_id) for store in held_out_demos for m in store.iter_meta(success=True)]
-        videos += [store.get(i) for store in held_out for i in store.ids()]
-        calibrate(judge, videos, judge_config.verdict).save(paths.judge / DEADLINES_FILE)
+        demos = [store.get(m.episode_id) for store in held_out_demos for m in store.iter_meta(success=True)]
+        held = [store.get(i) for store in held_out for i in store.ids()]
+        # a confirmation counts up to the rollouts' hold after the truth (the demos' tolerance without them)
+        late_s = profile.calibration_hold_s if held else SWITCH_TOLERANCE_S
+        deadlines = calibrate(judge, demos + held, judge_config.verdict, rule_videos=held, tolerance_s=late_s)
+        deadlines.save(paths.judge / DEADLINES_FILE)
     data = {
         "corpus_episodes": sum(len(store.ids()) for store in corpus),
         "rollout_episodes": sum(len(store.ids()) for store in rollouts),
@@ -122,11 +130,17 @@ def rollouts_dir(output: Path, robot: str, kind: str = ROLLOUTS) -> Path:
 
 
 def record_arm(
-    output: Path, robot: str, corpus_config: CorpusConfig, seeds: dict[str, list[int]], position: int = 0
+    output: Path,
+    robot: str,
+    corpus_config: CorpusConfig,
+    seeds: dict[str, list[int]],
+    hold_steps: int,
+    position: int = 0,
 ) -> None:
     """One arm's corpus, its calibration demos (the corpus's clean episodes from the calibration seeds)
     and both sets of bootstrap-expert rollouts (`seeds`: set -> rollout seeds), each into the arm's own
-    store (a worker process).
+    store (a worker process). Training rollouts switch by the experts' done heads; calibration
+    rollouts `hold_steps` after each true completion.
 
     A store that already holds episodes is kept: a resumed run does not record it again.
     """
@@ -149,8 +163,10 @@ def record_arm(
     library, _, versions, deadlines = load_experts(RunPaths(output).experts)
     router = Router(LibraryPolicy(library, versions), RouterConfig(skill_deadline_steps=deadlines))
     scene = SimScene(SceneConfig(robot=robot, image_size=size))
+    detectors = {ROLLOUTS: router.detector, CALIBRATION: HeldTruthDetector(router.config, scene, hold_steps)}
     try:
         for kind in pending:
+            router.detector = detectors[kind]
             for composition in training_compositions(robot):
                 evaluate(router, scene, composition, seeds[kind], record_to=stores[kind])
     finally:

@@ -173,15 +173,22 @@ def calibrate(
     quantile: float = 0.9,
     margin: float = 1.5,
     min_samples: int = MIN_DEADLINE_SAMPLES,
+    rule_videos: Sequence[LabelledVideo] = (),
+    tolerance_s: float = SWITCH_TOLERANCE_S,
 ) -> Deadlines:
-    """The done threshold on held-out videos (successful and, if any, failed), then the deadlines under
-    it on their truly completed subtasks; freeze the result with `.save(<judge>/deadlines.json)`."""
-    rule, scores = calibrate_threshold(judge, videos, base)
+    """The done rule on held-out videos, then the deadlines under it on `videos`' truly completed
+    subtasks; freeze the result with `.save(<judge>/deadlines.json)`.
+
+    The rule is chosen on `rule_videos` where given (rollouts that hold each completed subtask
+    `tolerance_s` before moving on, as deployment does while the judge has not confirmed), else on
+    `videos` (successful and, if any, failed) with `tolerance_s` as the late-switch allowance.
+    """
+    rule, scores = calibrate_threshold(judge, rule_videos or videos, base, tolerance_s=tolerance_s)
     log.info(
         "done threshold %s, per skill %s (score: switches 0-%s s after the truth over true + false ones: %s)",
         rule.threshold,
         rule.skill_thresholds,
-        SWITCH_TOLERANCE_S,
+        tolerance_s,
         scores,
     )
     truth = [[frame >= 0 for frame in completion_frames(v)] for v in videos]
