@@ -46,6 +46,7 @@ from robocoach_skills.skills import get_skill, skill_names
 
 PROGRESS, DONE = 0, 1  # channels of the judge's logits
 JUDGE_VERSION = 4  # bump when a checkpoint of the previous version would load into the wrong model
+COND_SKILL, COND_OBJECT, COND_TARGET, COND_ROBOT = range(4)  # columns of `ProgressJudge.condition`
 HAND_DIM = 4  # per step with JudgeConfig.hand: TCP position (3) in hand_unit, gripper reading (1)
 
 
@@ -151,10 +152,10 @@ class ProgressJudge(nn.Module):
         """(B, 4) ids -> (B, 4 * embed_dim)."""
         return torch.cat(
             [
-                self.skill_embed(cond[:, 0]),
-                self.argument_embed(cond[:, 1]),
-                self.argument_embed(cond[:, 2]),
-                self.robot_embed(cond[:, 3]),
+                self.skill_embed(cond[:, COND_SKILL]),
+                self.argument_embed(cond[:, COND_OBJECT]),
+                self.argument_embed(cond[:, COND_TARGET]),
+                self.robot_embed(cond[:, COND_ROBOT]),
             ],
             dim=-1,
         )
@@ -182,7 +183,7 @@ class ProgressJudge(nn.Module):
         hidden (1, B, hidden_dim) or None at the subtask's start -> (logits (B, T, 2), hidden).
         """
         c = self.embed(cond)  # (B, 4e)
-        hand_rows = self.hand_skill[cond[:, 0]]  # (B,)
+        hand_rows = self.hand_skill[cond[:, COND_SKILL]]  # (B,)
         if hand_rows.any():  # hand skills see no frames: their frame features are zeroed
             f = self.config.feature_dim
             features, start = features.clone(), start.clone()
@@ -207,7 +208,7 @@ class ProgressJudge(nn.Module):
         b, t = frames.shape[:2]
         if mask is None:
             mask = torch.ones(b, t, dtype=torch.bool, device=frames.device)
-        robots = cond[:, 3, None].expand(b, t)
+        robots = cond[:, COND_ROBOT, None].expand(b, t)
         features = frames.new_zeros(b, t, self.config.step_dim, dtype=torch.float32)
         features[mask] = self.observe(frames[mask], None if proprio is None else proprio[mask], robots[mask])
         return self.step(features, features[:, 0], cond, None)

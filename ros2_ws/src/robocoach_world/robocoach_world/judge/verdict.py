@@ -36,7 +36,7 @@ import torch
 
 from robocoach_skills.action_contract import pad
 from robocoach_skills.composition import Composition, Subtask
-from robocoach_world.judge.model import DONE, PROGRESS, ProgressJudge
+from robocoach_world.judge.model import COND_SKILL, DONE, PROGRESS, ProgressJudge
 
 NEVER = -1.0  # switch time of a subtask that was never detected done
 # Judged completions a (robot, skill) needs for a calibrated deadline. A Franka judge confirmed 1 of
@@ -160,8 +160,8 @@ class BatchedJudge:
         """
         if tuple(images.shape[:1]) != (self.rows,) or images.shape[-1] != 3:
             raise ValueError(f"expected ({self.rows}, H, W, 3) frames, got {tuple(images.shape)}")
-        if bool((self.cond[:, 0] < 0).any()):
-            missing = torch.nonzero(self.cond[:, 0] < 0).flatten().tolist()
+        if bool((self.cond[:, COND_SKILL] < 0).any()):
+            missing = torch.nonzero(self.cond[:, COND_SKILL] < 0).flatten().tolist()
             raise RuntimeError(f"rows {missing} have no subtask: call reset_rows first")
         every = rows is None  # then the frames go in as they are: no gathered copy of the batch
         rows = np.arange(self.rows) if every else np.asarray(rows, dtype=np.int64)
