@@ -17,6 +17,7 @@ starting it again resumes the round. With `exit_when_done` the process ends once
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -322,7 +323,7 @@ class CoachNode(Node):
         so a request left unanswered for `resend_after_s` is sent again (see `await_answer`)."""
         if not client.wait_for_service(timeout_sec=timeout_s):
             raise CallFailedError(f"{what}: service {client.srv_name} is not available")
-        send = lambda: client.call_async(request)  # noqa: E731
+        send = functools.partial(client.call_async, request)
         return await_answer(send, timeout_s, what, self.resend_after_s, self._warn)
 
     def goal_outcome(self, client: ActionClient, goal, timeout_s: float, what: str):
