@@ -11,7 +11,6 @@ from expert_helpers import clone_state, cpu_state, synthetic_batch
 from robocoach_skills.constants import OBS_IMAGE
 from robocoach_skills.experts import (
     EndToEndPolicy,
-    ExpertConfig,
     ExpertLibrary,
     SharedAdapterPolicy,
     SkillConditionedPolicy,
@@ -101,20 +100,24 @@ def test_adapter_update_alone_learns_a_new_skill_on_the_frozen_backbone(config):
     assert end["done_bce"] < 0.5 * start["done_bce"], (start, end)  # measured ~0.2
 
 
-def test_by_default_an_update_leaves_the_keypoints_where_the_backbone_puts_them(config):
-    """An update has no keypoint loss: with LoRA on a convolution it moved the perception prior's
-    keypoints (docs/bootstrap.md, session 12), so the default adapter stays off the convolutions."""
-    config = replace(config, lora_layers=ExpertConfig().lora_layers)
-    lib = ExpertLibrary(config, skills=("pick",))
+def test_by_default_an_update_moves_only_its_own_skills_keypoints(config):
+    """Every backbone layer gets LoRA by default, convolutions included (docs/skills.md): an update
+    changes what its skill sees, while the backbone and every other skill see what they saw."""
+    config = replace(config, lora_layers=None)
+    assert config.lora_layers == config.backbone_layer_names()
+    lib = ExpertLibrary(config, skills=("pick", "place"))
     before = clone_state(lib)
     update_adapter(lib, "pick", _batches(config, 2, seed=10), steps=6, progress=False)
     after = cpu_state(lib.state_dict())
-    assert any(not torch.equal(after[k], before[k]) for k in before if k.startswith("adapters.pick."))
+    changed = {k for k in before if not torch.equal(after[k], before[k])}
+    assert {k for k in changed if ".layers.conv" in k}, changed  # the conv LoRA trained
+    assert all(k.startswith(("adapters.pick.", "heads.pick.")) for k in changed), changed
     images = synthetic_batch(config, ROBOTS8, seed=99)[OBS_IMAGE]
     with torch.no_grad():
-        plain, adapted = lib.backbone.vision(images), lib.backbone.vision(images, lib.adapter("pick"))
-    for a, b in zip(plain, adapted, strict=True):
-        assert torch.equal(a, b)
+        plain = lib.backbone.vision(images)[0]
+        place, pick = (lib.backbone.vision(images, lib.adapter(s))[0] for s in ("place", "pick"))
+    assert torch.equal(plain, place)  # place's conv LoRA is still the identity
+    assert not torch.equal(plain, pick)
 
 
 def test_update_needs_rows_of_its_skill(config):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from expert_helpers import clone_state, cpu_state, synthetic_batch
 
-from robocoach_skills.constants import SUBTASK_ARGUMENTS
+from robocoach_skills.constants import OBS_IMAGE, SUBTASK_ARGUMENTS
 from robocoach_skills.experts import ExpertLibrary, pretrain
 from robocoach_skills.experts.config import ExpertConfig
 from robocoach_skills.experts.model import SpatialSoftArgmax, backbone_feature_size
@@ -121,6 +121,22 @@ def test_pretrain_leaves_frozen_parameters_bit_identical(config):
     pretrain(lib, [batch], steps=5, progress=False, frozen=frozen)
     assert all(torch.equal(b, p) for b, p in zip(before, frozen, strict=True))
     assert not torch.equal(fuse, lib.backbone.fuse.weight)
+
+
+def test_frozen_vision_includes_every_skills_conv_lora(config):
+    """Bootstrap pretraining freezes the skills' conv LoRAs with the vision layers: they stay the
+    identity, so every skill sees what the perception prior taught, until its first update."""
+    lib = ExpertLibrary(replace(config, lora_layers=None), skills=("pick", "place"))
+    conv_lora = lib.vision_adapter_parameters()
+    assert len(conv_lora) == 2 * 2 * len(config.conv_channels)  # A and B per conv, per skill
+    batch = synthetic_batch(lib.config, ("franka", "piper") * 4, skills=("pick", "place") * 4)
+    dense_before = lib.adapter("pick").layers["fuse"].B.detach().clone()
+    pretrain(lib, [batch], steps=5, progress=False, frozen=[*lib.backbone.vision_parameters(), *conv_lora])
+    assert not torch.equal(dense_before, lib.adapter("pick").layers["fuse"].B)
+    with torch.no_grad():
+        plain = lib.backbone.vision(batch[OBS_IMAGE])[0]
+        for skill in ("pick", "place"):
+            assert torch.equal(plain, lib.backbone.vision(batch[OBS_IMAGE], lib.adapter(skill))[0])
 
 
 def test_each_argument_selects_its_own_landmark_keypoint(config):

@@ -113,7 +113,9 @@ class ExpertTrainingConfig:
     expert: ExpertConfig = field(default_factory=ExpertConfig)  # model and optimiser
     # The perception prior trained into the backbone's keypoints before the demos are (None: none).
     perception: PerceptionConfig | None = field(default_factory=PerceptionConfig)
-    freeze_vision: bool = True  # with a perception prior, the demos train everything but the vision layers
+    # With a perception prior, the demos train everything but the vision layers and every skill's LoRA on
+    # them (those stay at identity until the skill's first adapter update).
+    freeze_vision: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
@@ -141,7 +143,8 @@ def train_bootstrap_experts(
         robots = sorted({meta.robot for meta in store.iter_meta(kind="demo")})
         frames = [render_landmark_frames(r, config.perception, size, show_progress) for r in robots]
         metrics, _ = pretrain_vision(library.backbone, frames, config.perception, show_progress)
-        frozen = library.backbone.vision_parameters() if config.freeze_vision else []
+        if config.freeze_vision:
+            frozen = [*library.backbone.vision_parameters(), *library.vision_adapter_parameters()]
     loader = DataLoader(
         dataset,
         batch_size=config.batch_size,

@@ -8,6 +8,8 @@ field that shapes a tensor is part of `adapter_signature`, which artifacts store
 2.0
 >>> cfg.backbone_layer_names()
 ('conv0', 'conv1', 'conv2', 'proprio', 'fuse', 'trunk')
+>>> cfg.lora_layers == cfg.backbone_layer_names(), cfg.conv_lora_layers
+(True, ('conv0', 'conv1', 'conv2'))
 """
 
 from __future__ import annotations
@@ -100,10 +102,12 @@ class ExpertConfig:
     # Per-skill LoRA adapters.
     lora_rank: int = 4  # r: rank of each low-rank update
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
-    # Backbone layers that get LoRA. Not the convolutions: an update has no keypoint supervision, and a
-    # LoRA there moves the perception prior's keypoints (docs/bootstrap.md, session 12: after one
-    # pick update the gripper keypoint stayed at one pixel while the gripper crossed the frame).
-    lora_layers: tuple[str, ...] = ("fuse", "trunk")
+    # Backbone layers that get LoRA (None: every one, convolutions included). Session 12 kept the convolutions
+    # out (an update has no keypoint loss, and a conv LoRA then pinned the gripper keypoint); with the
+    # heatmap-trained keypoints and table-plane inputs, a 50-demo Franka pick update picks 25 of 32
+    # with conv LoRA against 13 of 32 without (docs/bootstrap.md, session 37). Pretraining keeps the
+    # conv LoRAs at identity while the vision layers are frozen (bootstrap.ExpertTrainingConfig).
+    lora_layers: tuple[str, ...] | None = None
     # Per-skill heads.
     chunk_len: int = 8  # K: future actions predicted per step (action chunking)
     # Hand motions rather than joint deltas: where the hand goes is a near-linear function of where
@@ -131,7 +135,8 @@ class ExpertConfig:
 
     def __post_init__(self) -> None:
         self.conv_channels = tuple(self.conv_channels)
-        self.lora_layers = tuple(self.lora_layers)
+        layers = self.backbone_layer_names() if self.lora_layers is None else self.lora_layers
+        self.lora_layers = tuple(layers)
         positive = (
             "image_size",
             "image_channels",
@@ -182,6 +187,11 @@ class ExpertConfig:
         for name in ("done_weight", "done_pos_weight", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def conv_lora_layers(self) -> tuple[str, ...]:
+        """The convolutions among `lora_layers`: the part of an adapter that changes what the skill sees."""
+        return tuple(n for n in self.lora_layers if n.startswith("conv"))
 
     @property
     def conv_strides(self) -> tuple[int, ...]:

@@ -8,7 +8,7 @@
       ... and in the subtask's first frame (B,4) -------------+  (argument_memory)  |
       ... both cast onto the table, minus the hand (B,8) -----+  (argument_table)   |
     hand pose from proprio by forward kinematics (B,6) ------------------------------+ (hand_skip)
-    (LoRA of the active skill on `lora_layers`: fuse, trunk)
+    (LoRA of the active skill on `lora_layers`: every conv and dense layer above)
     features (B,156: 128 + 22 + 6) -> head[skill] -> action deltas (B,K,C) + done logit (B,)
 
 What the head predicts: the chunk *relative to the current proprio*. With `action_space="ee"` (the
@@ -608,6 +608,11 @@ class ExpertLibrary(ChunkPolicy):
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         return list(self.backbone.parameters())
+
+    def vision_adapter_parameters(self) -> list[nn.Parameter]:
+        """Every skill's LoRA on the convolutions: the part of the adapters that moves its keypoints."""
+        convs = self.config.conv_lora_layers
+        return [p for s in self.skills for name in convs for p in self.adapter(s).layers[name].parameters()]
 
     # Per-skill state as flat tensor dicts ("adapter.layers.fuse.A", "head.out.weight", ...) for artifacts.
 
