@@ -1,7 +1,8 @@
 """Expert inference latency (batch 1 and 64) and the wall time of one adapter update, in one run, for
 the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map; the
-subtask's first frame remembered as keypoints, as executors pass it; table-plane inputs), the same
-looking at the first frame at every call (session 31), without table-plane inputs, acting in joint
+subtask's first frame remembered as keypoints, as executors pass it; table-plane inputs; LoRA on every
+layer), the same with LoRA on the dense layers only (until session 37), looking at the first frame at
+every call (session 31), without table-plane inputs, acting in joint
 space, without the first-frame memory, and as they were until session 31 (8x8 map, no memory).
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
@@ -104,6 +105,7 @@ def main(args: Args) -> None:
     no_table = ExpertConfig(argument_table=False)
     variants = {  # name: (config, first frame remembered)
         "default": (ExpertConfig(), True),
+        "LoRA on fuse and trunk only (until session 37)": (ExpertConfig(lora_layers=("fuse", "trunk")), True),
         "first frame at every call (session 31)": (no_table, False),
         "no table inputs": (no_table, True),
         "joint space": (ExpertConfig(action_space="joint"), True),
