@@ -104,8 +104,8 @@ class ExpertConfig:
     lora_alpha: float = 8.0  # the update is scaled by alpha / r
     # Backbone layers that get LoRA (None: every one, convolutions included). Session 12 kept the convolutions
     # out (an update has no keypoint loss, and a conv LoRA then pinned the gripper keypoint); with the
-    # heatmap-trained keypoints and table-plane inputs, a 50-demo Franka pick update picks 25 of 32
-    # with conv LoRA against 13 of 32 without (docs/bootstrap.md, session 37). Pretraining keeps the
+    # heatmap-trained keypoints and table-plane inputs, a 50-demo Franka pick update picks 63 of 96
+    # with conv LoRA against 48 of 96 without (docs/bootstrap.md, session 37). Pretraining keeps the
     # conv LoRAs at identity while the vision layers are frozen (bootstrap.ExpertTrainingConfig).
     lora_layers: tuple[str, ...] | None = None
     # Per-skill heads.
