@@ -24,6 +24,10 @@ from robocoach_world.world.artifacts import save_world
 from robocoach_world.world.model import CoachWorld, WorldConfig
 
 IMAGE_SIZE = 64
+# The experts these helpers train exercise the plumbing, not learning. Without a perception prior nothing
+# freezes the conv LoRAs of the default config (session 37), so pretraining would backpropagate through
+# them (about 3x a step's cost); LoRA on the dense layers keeps these experts what CI passed with before.
+PLUMBING_LORA_LAYERS = ("fuse", "trunk")
 
 
 def train_scripted_experts(
@@ -36,7 +40,8 @@ def train_scripted_experts(
     seed: int = 1,
     expert: ExpertConfig | None = None,
 ) -> Path:
-    """<root>/experts trained for `steps` on scripted demos of `task`'s subtasks from initial state `seed`.
+    """<root>/experts trained for `steps` on scripted demos of `task`'s subtasks from initial state `seed`
+    (`expert`: the default ExpertConfig with PLUMBING_LORA_LAYERS).
 
     Demo k of subtask i is recorded by an operator seeded i + k; the demos go to <root>/episodes.
     """
@@ -50,7 +55,8 @@ def train_scripted_experts(
             store.add(operator.demo_subtask(scene, composition, index, seed=seed))
     scene.close()
     # No perception prior: these experts exercise the plumbing (tests/experts/test_perception.py covers it).
-    training = ExpertTrainingConfig(steps=steps, expert=expert or ExpertConfig(), perception=None)
+    expert = expert or ExpertConfig(lora_layers=PLUMBING_LORA_LAYERS)
+    training = ExpertTrainingConfig(steps=steps, expert=expert, perception=None)
     train_bootstrap_experts(store, root / "experts", training, show_progress=False)
     return root / "experts"
 
