@@ -15,6 +15,13 @@ train during pretraining, and the trainer freezes them (requires_grad=False) for
 >>> x = torch.randn(5, 4)
 >>> torch.equal(layer(x, adapter.get("fc")), layer(x))  # B = 0: a fresh adapter is the identity
 True
+>>> conv = LoRAConv2d(3, 8, 3, padding=1)
+>>> low = LoRAAdapter({"conv": conv}, rank=2, alpha=4.0).get("conv")
+>>> _ = torch.nn.init.normal_(low.B)
+>>> image = torch.randn(2, 3, 6, 6)
+>>> two_convs = conv(image) + low.scaling * F.conv2d(F.conv2d(image, low.A, padding=1), low.B)
+>>> torch.allclose(conv(image, low), two_convs, atol=1e-5)  # the merged kernel computes the same
+True
 """
 
 from __future__ import annotations
@@ -65,11 +72,16 @@ class LoRALinear(nn.Linear):
 
 
 class LoRAConv2d(nn.Conv2d):
-    """nn.Conv2d whose forward adds an optional low-rank update: a rank-r conv, then a 1x1 conv up."""
+    """nn.Conv2d whose forward adds an optional low-rank update: a rank-r conv, then a 1x1 conv up.
+
+    The two are merged into the kernel (W + scaling * B A, one small einsum) before the convolution:
+    one conv per call instead of three, which made a batch-64 expert call 1.8x slower unmerged
+    (docs/benchmarks.md, session 37). Gradients reach A and B through the merged kernel.
+    """
 
     def forward(self, x: torch.Tensor, lora: LowRank | None = None) -> torch.Tensor:
-        y = super().forward(x)  # (B, out, H', W')
         if lora is None:
-            return y
-        down = F.conv2d(x, lora.A, stride=self.stride, padding=self.padding)  # (B, r, H', W')
-        return y + lora.scaling * F.conv2d(down, lora.B)
+            return super().forward(x)  # (B, out, H', W')
+        delta = torch.einsum("or,rikl->oikl", lora.B[:, :, 0, 0], lora.A)  # (out, in, kh, kw)
+        weight = self.weight + lora.scaling * delta
+        return F.conv2d(x, weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
