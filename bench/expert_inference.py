@@ -2,8 +2,8 @@
 the default experts (hand space: joint targets by batched IK; keypoints from a 16x16 map; the
 subtask's first frame remembered as keypoints, as executors pass it; table-plane inputs; LoRA on every
 layer), the same with LoRA on the dense layers only (until session 37), looking at the first frame at
-every call (session 31), without table-plane inputs, acting in joint
-space, without the first-frame memory, and as they were until session 31 (8x8 map, no memory).
+every call (session 31), without table-plane inputs, acting in joint space, without the first-frame
+memory, and as they were until session 31 (8x8 map, no memory).
 
 Latency is per `select_action` call (one policy step for 1 or 64 observations), measured with the
 default ExpertConfig at 64x64 on random frames: the network cost does not depend on the values. The

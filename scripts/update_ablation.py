@@ -138,13 +138,22 @@ def with_lora_on_every_layer(library: ExpertLibrary, skill: str) -> ExpertLibrar
     return out
 
 
-def updated(library: ExpertLibrary, skill: str, variant: str, store: EpisodeStore, seed: int, config: Config):
+def demo_dataset(root: Path, library: ExpertLibrary) -> EpisodeDataset:
+    """Every episode of the store at `root`, as the library's updates read them (built once: it caches
+    decoded episodes)."""
+    return EpisodeDataset(
+        EpisodeStore(root), DatasetConfig(chunk_len=library.config.chunk_len, pad_channels=True)
+    )
+
+
+def updated(
+    library: ExpertLibrary, skill: str, variant: str, dataset: EpisodeDataset, seed: int, config: Config
+):
     """(a copy of `library` with `skill` updated as `variant` says, training metrics)."""
     if variant == "bootstrap":
         return library, {}
     lib = with_lora_on_every_layer(library, skill) if variant == "conv" else copy.deepcopy(library)
     lib.config = replace(lib.config, freeze_backbone=variant != "backbone")
-    dataset = EpisodeDataset(store, DatasetConfig(chunk_len=lib.config.chunk_len, pad_channels=True))
     loader = DataLoader(
         dataset, batch_size=config.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
     )
@@ -153,9 +162,8 @@ def updated(library: ExpertLibrary, skill: str, variant: str, store: EpisodeStor
 
 
 @torch.no_grad()
-def action_l1(library: ExpertLibrary, skill: str, store: EpisodeStore) -> float:
-    """Mean action L1 (the training loss's, in action_scale units) over every sample of `store`."""
-    dataset = EpisodeDataset(store, DatasetConfig(chunk_len=library.config.chunk_len, pad_channels=True))
+def action_l1(library: ExpertLibrary, skill: str, dataset: EpisodeDataset) -> float:
+    """Mean action L1 (the training loss's, in action_scale units) over every sample of `dataset`."""
     total, rows = 0.0, 0
     for batch in DataLoader(dataset, batch_size=256):
         n = len(batch[KEY_ROBOT_ID])
@@ -171,13 +179,13 @@ def main(config: Config) -> dict:
     base, _, versions, deadlines = load_experts(config.experts)
     scene = SimScene(SceneConfig(robot=config.robot))
     env = GraspLog(scene, subtask.object if subtask.skill == "pick" else None)
-    store = EpisodeStore(config.demos)
-    val = EpisodeStore(config.val_demos) if config.val_demos else None
+    demos = demo_dataset(config.demos, base)
+    val = demo_dataset(config.val_demos, base) if config.val_demos else None
     seeds = evaluation_seeds(config.trials)
     runs = [(v, s) for v in config.variants for s in (config.data_seeds if v != "bootstrap" else (None,))]
     results = []
     for variant, seed in tqdm(runs, desc="variants"):
-        library, metrics = updated(base, subtask.skill, variant, store, seed or 0, config)
+        library, metrics = updated(base, subtask.skill, variant, demos, seed or 0, config)
         router = Router(
             LibraryPolicy(library, versions), RouterConfig(done_threshold=1.0, skill_deadline_steps=deadlines)
         )
@@ -192,7 +200,7 @@ def main(config: Config) -> dict:
             "data_seed": seed,
             "completed": sum(t["completed"] for t in trials),
             "modes": dict(Counter(t["mode"] for t in trials)),
-            "train_l1": action_l1(library, subtask.skill, store),
+            "train_l1": action_l1(library, subtask.skill, demos),
             "val_l1": action_l1(library, subtask.skill, val) if val else None,
             "update_seconds": metrics.get("train/seconds"),
             "trials": trials,

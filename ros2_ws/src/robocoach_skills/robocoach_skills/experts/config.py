@@ -191,7 +191,7 @@ class ExpertConfig:
     @property
     def conv_lora_layers(self) -> tuple[str, ...]:
         """The convolutions among `lora_layers`: the part of an adapter that changes what the skill sees."""
-        return tuple(n for n in self.lora_layers if n.startswith("conv"))
+        return tuple(n for n in self.lora_layers if n not in DENSE_LAYERS)
 
     @property
     def conv_strides(self) -> tuple[int, ...]:
