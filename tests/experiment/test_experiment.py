@@ -11,6 +11,7 @@ redone. `robocoach fidelity` then imagines every modular checkpoint of it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -46,6 +47,8 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
     rounds = settings.budget // settings.demos_per_round
     for r in runs:
         assert len(r["checkpoints"]) == len(r["rounds"]) + 1 == rounds + 1
+        strategy = METHODS[r["method"]].strategy(settings.targeted_allocation)
+        assert [round_["strategy"] for round_ in r["rounds"]] == [strategy] * rounds
         if METHODS[r["method"]].policy == PolicyKind.END_TO_END:
             _check_frame_budget(config, settings, r)
         else:
@@ -119,6 +122,8 @@ def test_a_finished_experiment_is_read_back_not_rerun(experiment):
     again = run_experiment(config)
     assert time.perf_counter() - start < 30  # only plots and the report are redone
     assert again["runs"] == json.loads(json.dumps(result["runs"]))  # as result.json holds them
+    with pytest.raises(ValueError, match=r"other settings.*targeted_allocation"):  # not read back as theirs
+        run_experiment(dataclasses.replace(config, allocation="proportional"))
 
 
 def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):

@@ -60,6 +60,7 @@ class ExperimentConfig:
     robots: tuple[str, ...] = ROBOTS  # arms; each is coached separately
     seeds: int | None = None  # seeds per (method, arm); None: the profile's
     eval_rollouts: int | None = None  # evaluation initial states per composition; None: the profile's
+    allocation: str | None = None  # targeted methods' (b, c, d, g) strategy, e.g. proportional; None: top_m
     workers: int = 1  # runs in parallel processes (each runs one simulator and torch thread)
 
     def __post_init__(self) -> None:
@@ -72,11 +73,14 @@ class ExperimentConfig:
             if not (self.run / name).exists():
                 command = f"robocoach demo --output {self.run} --until offboard_models"
                 raise ValueError(f"{self.run} has no {name}/: run `{command}` first")
+        self.settings()  # an unknown --allocation fails here, before any run starts
 
     def settings(self) -> RunSettings:
         settings, _ = PROFILES[self.profile]
         if self.eval_rollouts is not None:
             settings = dataclasses.replace(settings, eval_rollouts=self.eval_rollouts)
+        if self.allocation is not None:
+            settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
         return settings
 
     def specs(self) -> list[RunSpec]:
@@ -138,6 +142,7 @@ def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, f
             f"Inputs: `{config.run}`; {len(runs)} runs (method x arm x seed); budget {settings.budget} "
             f"subtask demos in rounds of {settings.demos_per_round}; {settings.eval_rollouts} evaluation "
             "initial states per composition (`evaluation_seeds`), the same for every method; "
+            f"the targeted methods allocate by `{settings.targeted_allocation}`; "
             f"run compute {compute:.0f} s, this invocation {experiment['wall_s']:.0f} s.",
             "",
             "Uniform and random acquisition run no rollouts: their coach records are priors, "

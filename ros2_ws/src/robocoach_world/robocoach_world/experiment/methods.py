@@ -5,18 +5,20 @@ differ (issue 8's list):
 
     name          policy          targets from      allocation
     (a) shared_uniform    shared_adapter  uniform prior     uniform
-    (b) shared_targeted   shared_adapter  world model       top_m
-    (c) modular_random    modular         random outcomes   top_m
-    (d) robocoach         modular         world model       top_m
+    (b) shared_targeted   shared_adapter  world model       targeted
+    (c) modular_random    modular         random outcomes   targeted
+    (d) robocoach         modular         world model       targeted
     (e) modular_uniform   modular         uniform prior     uniform
     (f) end_to_end        end_to_end      none              round_robin
-    (g) oracle            modular         deployed (sim)    top_m
+    (g) oracle            modular         deployed (sim)    targeted
 
 All but (f) run the `Coach` loop on subtask demos. Targets "uniform prior" and "random outcomes" run no
 rollout: the port returns records that say every subtask fails first once (uniform) or that draw each
 trial's first failure at random (random), so the unchanged diagnosis and allocation code turn them
 into uniform or random demo targets. (f) records whole-task demos round-robin over the training
 compositions, as many demo frames as its subtask-demo budget is worth (experiment.end_to_end).
+"targeted" is one strategy shared by (b), (c), (d) and (g), the experiment's setting (`top_m` by
+default, the paper's rule), so a change of RoboCoach's allocation reaches its ablations too.
 
 >>> ALLOCATORS["uniform"]([0.5, 0.3, 0.2], 7, AllocationConfig())
 [3, 2, 2]
@@ -51,8 +53,16 @@ class Method:
     letter: str  # issue 8's label
     policy: PolicyKind
     targets: Targets
-    allocation: str  # a strategy in coach.allocation.ALLOCATORS; (f): ROUND_ROBIN over compositions
+    allocation: str  # TARGETED, a strategy in coach.allocation.ALLOCATORS, or (f)'s ROUND_ROBIN
     summary: str
+
+    def strategy(self, targeted: str) -> str:
+        """The allocation strategy this method runs, given the experiment's targeted one.
+
+        >>> METHODS["robocoach"].strategy("proportional"), METHODS["modular_uniform"].strategy("proportional")
+        ('proportional', 'uniform')
+        """
+        return targeted if self.allocation == TARGETED else self.allocation
 
     @property
     def blind(self) -> bool:
@@ -62,23 +72,24 @@ class Method:
 
 REFERENCE = "robocoach"  # the method every other one is tested against
 ROUND_ROBIN = "round_robin"  # (f)'s allocation: whole-task demo slot k goes to composition k mod n
+TARGETED = "targeted"  # (b, c, d, g): the experiment's targeted strategy (RunSettings.targeted_allocation)
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
         Method("shared_uniform", "a", PolicyKind.SHARED_ADAPTER, Targets.UNIFORM, "uniform",
                "shared adapter, uniform acquisition"),
-        Method("shared_targeted", "b", PolicyKind.SHARED_ADAPTER, Targets.WORLD_MODEL, "top_m",
+        Method("shared_targeted", "b", PolicyKind.SHARED_ADAPTER, Targets.WORLD_MODEL, TARGETED,
                "shared adapter, world-model-targeted demos"),
-        Method("modular_random", "c", PolicyKind.MODULAR, Targets.RANDOM, "top_m",
+        Method("modular_random", "c", PolicyKind.MODULAR, Targets.RANDOM, TARGETED,
                "modular experts, random targets"),
-        Method(REFERENCE, "d", PolicyKind.MODULAR, Targets.WORLD_MODEL, "top_m",
-               "RoboCoach: modular experts, world-model-targeted demos (top-M)"),
+        Method(REFERENCE, "d", PolicyKind.MODULAR, Targets.WORLD_MODEL, TARGETED,
+               "RoboCoach: modular experts, world-model-targeted demos"),
         Method("modular_uniform", "e", PolicyKind.MODULAR, Targets.UNIFORM, "uniform",
                "modular experts, uniform acquisition"),
         Method("end_to_end", "f", PolicyKind.END_TO_END, Targets.NONE, ROUND_ROBIN,
                "end-to-end policy per composition, whole-task demos at the same demo frames"),
-        Method("oracle", "g", PolicyKind.MODULAR, Targets.DEPLOYED, "top_m",
+        Method("oracle", "g", PolicyKind.MODULAR, Targets.DEPLOYED, TARGETED,
                "oracle: modular experts, targets from deployed (sim) failures"),
     )
 }  # fmt: skip

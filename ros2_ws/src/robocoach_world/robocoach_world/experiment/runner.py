@@ -78,6 +78,7 @@ from robocoach_world.world.artifacts import load_world
 log = logging.getLogger("robocoach.experiment")
 
 STATE_FILE, RESULT_FILE, DONE_FILE = "coach_state.json", "result.json", "DONE"
+SETTINGS_FILE = "settings.json"  # the RunSettings a run directory was started with
 EXPERIMENT_FILE = "experiment.json"  # in an experiment's output folder: every run's result and the summary
 
 
@@ -107,6 +108,7 @@ class RunSettings:
     horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
     adapter_steps: int = ImproveConfig.steps  # optimiser steps per retrained adapter
     min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
+    targeted_allocation: str = AllocationConfig.strategy  # (b, c, d, g)'s strategy (methods.TARGETED)
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
     end_to_end_init_steps: int = 300  # (f): steps per composition fitting its policy on bootstrap demos
     max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up
@@ -115,6 +117,7 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.budget < 1 or self.demos_per_round < 1 or self.eval_rollouts < 1:
             raise ValueError(f"budget, demos_per_round and eval_rollouts must be >= 1: {self}")
+        AllocationConfig(strategy=self.targeted_allocation)  # an unknown strategy fails here, not in round 1
 
 
 @dataclass
@@ -260,7 +263,7 @@ class _Run:
             config = replace(
                 schedule,
                 diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
-                allocation=AllocationConfig(strategy=self.method.allocation),
+                allocation=AllocationConfig(strategy=self.method.strategy(settings.targeted_allocation)),
             )
             registry = AdapterRegistry(run_dir / "experts" / ADAPTERS_DIR)
             ports = LocalPorts(
@@ -373,6 +376,22 @@ def shared_evaluation(folder: Path, evaluate_start: Callable[[int], Checkpoint])
         return point
 
 
+def _claim_settings(run_dir: Path, settings: RunSettings) -> None:
+    """Tie `run_dir` to `settings`: reading it back or resuming it under other settings is an error,
+    so a changed option (say `--allocation`) never reports runs made without it."""
+    path, mine = run_dir / SETTINGS_FILE, json.loads(json_bytes(asdict(settings)))
+    if not path.exists():
+        replace_file_atomically(path, json_bytes(mine))
+        return
+    theirs = json.loads(path.read_text())
+    changed = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
+    if changed:
+        raise ValueError(
+            f"{run_dir} was started with other settings ({changed}, as (then, now)): "
+            "write to another --output, or rerun with the settings it was started with"
+        )
+
+
 def run_one(
     inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings, starts: Path | None = None
 ) -> dict:
@@ -382,6 +401,7 @@ def run_one(
     that start from the same policy share its budget-0 evaluation (`shared_evaluation`).
     """
     run_dir = Path(run_dir)
+    _claim_settings(run_dir, settings)
     if (run_dir / DONE_FILE).exists():
         return json.loads((run_dir / RESULT_FILE).read_text())
     torch.set_num_threads(1)
@@ -412,6 +432,7 @@ def run_one(
         "rounds": [  # frame_budget: (f)'s frames for the round; null where the budget is in subtask demos
             {
                 "round": h["round"],
+                "strategy": h["allocation"].get("strategy"),
                 "allocation": h["allocation"].get("demos", []),
                 "improved": h["improved"],
                 "demo_frames": run.frames(e for r in h["requests"] for e in r["episode_ids"]),
