@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from robocoach_world.experiment.summary import summarize
+from robocoach_world.experiment.summary import markdown, summarize
 
 T, F = True, False
 
 
-def _run(method: str, seed: int, training: list[list[bool]], held_out: list[list[bool]]) -> dict:
-    """One run: per checkpoint, the outcomes of composition "a" (training) and "h" (held-out)."""
+def _run(
+    method: str,
+    seed: int,
+    training: list[list[bool]],
+    held_out: list[list[bool]],
+    first_failed: list[list[int]] | None = None,
+    allocations: list[list[dict]] | None = None,
+) -> dict:
+    """One run: per checkpoint, the outcomes of composition "a" (training) and "h" (held-out).
+
+    Unless given, a failed trial of "a" failed first at its first subtask, and every round's 2 demos
+    showed it; `first_failed` lists "a"'s first failed subtask per checkpoint and state (-1: success).
+    """
+    first_failed = first_failed or [[-1 if ok else 0 for ok in a] for a in training]
+    allocations = allocations or [[{"pair": "franka:pick(cube)", "n_demos": 2}]] * (len(training) - 1)
     return {
         "method": method,
         "robot": "franka",
@@ -19,8 +32,13 @@ def _run(method: str, seed: int, training: list[list[bool]], held_out: list[list
         "demo_frames": 40 + seed,
         "training": ["a"],
         "held_out": ["h"],
+        "subtasks": {"a": ["pick(cube)", "press(button)"], "h": ["push(cube)"]},
         "settings": {"demos_per_round": 2, "budget": 4},
-        "checkpoints": [{"outcomes": {"a": a, "h": h}} for a, h in zip(training, held_out, strict=True)],
+        "checkpoints": [
+            {"outcomes": {"a": a, "h": h}, "first_failed": {"a": ff, "h": [-1 if ok else 0 for ok in h]}}
+            for a, h, ff in zip(training, held_out, first_failed, strict=True)
+        ],
+        "rounds": [{"allocation": allocation} for allocation in allocations],
     }
 
 
@@ -46,3 +64,42 @@ def test_several_seeds_give_a_mean_a_std_an_auc_each_and_a_test_paired_by_seed_a
     test = rows["modular_uniform"]["paired_vs_robocoach"]["training"]
     assert (test["pairs"], test["only_robocoach"], test["only_baseline"]) == (4, 2, 0)
     assert test["p_value"] == pytest.approx(0.5)  # exact two-sided: 2 x 0.5^2
+
+
+def test_each_row_says_where_trials_failed_first_and_what_each_rounds_demos_showed():
+    held = [[F], [F], [T]]
+    coached = [[F, F], [F, T], [T, T]]
+    first = [[0, 1], [1, -1], [-1, -1]]  # pick and press fail, then only press, then nothing
+    allocations = [
+        [{"pair": "franka:pick(cube)", "n_demos": 1}, {"pair": "franka:press(button)", "n_demos": 1}],
+        [{"pair": "franka:press(button)", "n_demos": 2}],
+    ]
+    results = [
+        _run("robocoach", 0, coached, held, first, allocations),
+        _run("robocoach", 1, coached, held, first, allocations),
+        _run("modular_uniform", 0, [[F, F]] * 3, held),
+    ]
+    summary = summarize(results)
+    rows = {r["method"]: r for r in summary["table"]}
+    coach = rows["robocoach"]  # two seeds summed; the held-out push fails first at budgets 0 and 2
+    assert coach["first_failures"] == [
+        {"pick(cube)": 2, "press(button)": 2, "push(cube)": 2},
+        {"press(button)": 2, "push(cube)": 2},
+        {},
+    ]
+    assert coach["round_demos"] == [{"pick(cube)": 2, "press(button)": 2}, {"press(button)": 4}]
+    assert rows["modular_uniform"]["first_failures"][-1] == {"pick(cube)": 2}
+    table = markdown(summary, [])
+    assert "| press(button) | 2 / 2 / 0 | 2 / 4 | 0 / 0 / 0 | 0 / 0 |" in table
+    assert "| pick(cube) | 2 / 0 / 0 | 2 / 0 | 2 / 2 / 2 | 2 / 2 |" in table
+
+
+def test_first_failures_leave_out_compositions_a_method_has_no_policy_for():
+    run = _run(
+        "end_to_end", 0, [[F, F], [F, F]], [[F], [F]], allocations=[[{"composition": "a", "n_demos": 1}]]
+    )
+    for point in run["checkpoints"]:
+        point["unsupported"] = ["h"]
+    (row,) = summarize([run])["table"]
+    assert row["first_failures"] == [{"pick(cube)": 2}, {"pick(cube)": 2}]
+    assert row["round_demos"] == [{"whole task a": 1}]

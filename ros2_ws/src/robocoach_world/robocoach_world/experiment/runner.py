@@ -425,6 +425,7 @@ def run_one(
         "settings": asdict(settings),
         "training": [c.name for c in run.train],
         "held_out": [c.name for c in run.held_out],
+        "subtasks": {c.name: [str(s) for s in c.subtasks] for c in (*run.train, *run.held_out)},
         "eval_seeds": run.eval_seeds,
         "demos": run.state.demos_spent,
         "demo_frames": points[-1].demo_frames,

@@ -10,10 +10,15 @@ state): both methods started from the very same evaluation states.
 Checkpoints sit at budget levels: after round k, k x demos_per_round subtask demos (at most the
 budget), or for (f) the demo frames those are worth. Compositions a method has no policy for ((f) on
 held-out ones) count as failures, and each row lists them under `unsupported`.
+
+Each row also says where its trials failed first at every checkpoint (training and held-out trials of
+every seed; unsupported compositions left out) and what each round's demos showed, summed over seeds:
+whether the demos went where the failures are, and whether the failures there then dropped.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +49,28 @@ def _matrix(runs: Sequence[dict], names_key: str) -> np.ndarray:
     return np.array(
         [[o for r in runs for o in _outcomes(r, k, r[names_key])] for k in range(len(runs[0]["checkpoints"]))]
     ).T
+
+
+def _first_failures(runs: Sequence[dict], checkpoint: int) -> dict[str, int]:
+    """Failed trials at a checkpoint by the subtask they failed first at, over seeds."""
+    counts: Counter[str] = Counter()
+    for r in runs:
+        point = r["checkpoints"][checkpoint]
+        for name, firsts in point["first_failed"].items():
+            if name not in point.get("unsupported", []):
+                counts.update(r["subtasks"][name][i] for i in firsts if i >= 0)
+    return dict(counts)
+
+
+def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
+    """Round k's demos by what they showed, over seeds: a subtask, or for (f) a whole composition."""
+    counts: Counter[str] = Counter()
+    for r in runs:
+        for a in r["rounds"][k]["allocation"]:
+            # a coach allocation names a Pair ("robot:subtask"); (f)'s a composition
+            shown = a["pair"].split(":", 1)[1] if "pair" in a else f"whole task {a['composition']}"
+            counts[shown] += a["n_demos"]
+    return dict(counts)
 
 
 def _auc_interval(units: np.ndarray) -> tuple[float, float]:
@@ -91,6 +118,8 @@ def summarize(results: Sequence[dict]) -> dict:
             "unsupported": sorted(
                 {c for r in runs for p in r["checkpoints"] for c in p.get("unsupported", [])}
             ),
+            "first_failures": [_first_failures(runs, k) for k in range(n_checkpoints)],
+            "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
         }
         table.append(row)
     _paired_tests(table, groups)
@@ -209,7 +238,37 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
     ]
     lines += ["", *notes] if notes else []
     lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
+    for robot in sorted({r["robot"] for r in summary["table"]}):
+        lines += ["", *_anatomy([r for r in summary["table"] if r["robot"] == robot], robot)]
     return "\n".join(lines)
+
+
+def _anatomy(rows: Sequence[dict], robot: str) -> list[str]:
+    """One arm's table: per subtask and method, first failures per checkpoint and demos per round."""
+    totals: Counter[str] = Counter()
+    for r in rows:
+        for counts in (*r["first_failures"], *r["round_demos"]):
+            totals.update(counts)
+    budgets = " / ".join(map(str, rows[0]["budgets"]))
+    header = ["subtask"] + [
+        f"({r['letter']}) {r['method']}: {title}"
+        for r in rows
+        for title in (f"first failures at {budgets}", "demos per round")
+    ]
+    lines = [
+        f"Where {robot} trials failed first (every evaluated trial, seeds summed) and what each round's "
+        "demos showed:",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for name, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])):
+        cells = [name]
+        for r in rows:
+            cells.append(" / ".join(str(c.get(name, 0)) for c in r["first_failures"]))
+            cells.append(" / ".join(str(c.get(name, 0)) for c in r["round_demos"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _join(values: Sequence[int]) -> str:
