@@ -63,12 +63,17 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
         for checkpoint in r["checkpoints"]:
             assert set(checkpoint["outcomes"]) == {*settings.training, *settings.held_out}
             assert {len(v) for v in checkpoint["outcomes"].values()} == {settings.eval_rollouts}
+            for name, timed_out in checkpoint["timed_out"].items():  # the router's timeouts, per trial
+                pairs = zip(checkpoint["outcomes"][name], checkpoint["first_failed"][name], strict=True)
+                for (ok, first), t in zip(pairs, timed_out, strict=True):
+                    assert -1 <= t < len(r["subtasks"][name]) and (not ok or t == first == -1)
     assert (config.output / "report.md").exists() and (config.output / "success_vs_budget.png").exists()
     on_disk = json.loads((config.output / "experiment.json").read_text())
     assert len(on_disk["summary"]["table"]) == len(METHODS)
     reference = next(row for row in on_disk["summary"]["table"] if row["method"] == "robocoach")
     assert "paired_vs_robocoach" not in reference
     assert all("paired_vs_robocoach" in row for row in on_disk["summary"]["table"] if row is not reference)
+    assert all(None not in row["failure_endings"] for row in on_disk["summary"]["table"])
 
 
 def test_runs_that_start_from_the_same_policy_share_one_budget_0_evaluation(experiment):

@@ -103,3 +103,23 @@ def test_first_failures_leave_out_compositions_a_method_has_no_policy_for():
     (row,) = summarize([run])["table"]
     assert row["first_failures"] == [{"pick(cube)": 2}, {"pick(cube)": 2}]
     assert row["round_demos"] == [{"whole task a": 1}]
+
+
+def test_failed_trials_are_split_by_whether_the_expert_timed_out_or_the_judge_ended_a_subtask_wrongly():
+    first = [[0, 1], [1, -1]]  # "a" has two subtasks; the held-out "h" fails first at 0 while failing
+    run = _run("robocoach", 0, [[F, F], [F, T]], [[F], [F]], first)
+    # checkpoint 0: timed out at 0 (the expert's), confirmed subtask 1 early (no timeout); checkpoint 1:
+    # timed out at 0 although 0 completed (the judge missed it); held-out trials timed out where they failed
+    for point, timed_out in zip(run["checkpoints"], [[0, -1], [0, -1]], strict=True):
+        point["timed_out"] = {"a": timed_out, "h": [0]}
+    (row,) = summarize([run])["table"]
+    assert row["failure_endings"] == [
+        {"deadline": 2, "judge_early": 1, "judge_missed": 0},
+        {"deadline": 1, "judge_early": 0, "judge_missed": 1},
+    ]
+    assert "- (d) robocoach: 2 / 1; 1 / 0; 0 / 1" in markdown(summarize([run]), [])
+    del run["checkpoints"][1]["timed_out"]  # evaluated before timeouts were recorded: no split, no line
+    (row,) = summarize([run])["table"]
+    assert row["failure_endings"][1] is None and "How those failed trials ended" not in markdown(
+        summarize([run]), []
+    )

@@ -130,6 +130,9 @@ class Checkpoint:
     versions: dict[str, int]
     outcomes: dict[str, list[bool]] = field(default_factory=dict)  # composition -> success per eval seed
     first_failed: dict[str, list[int]] = field(default_factory=dict)  # composition -> per eval seed
+    # composition -> per eval seed: the subtask the router timed out at (-1: none). Where it differs from
+    # first_failed, the judge, not the expert, ended a subtask (summary._failure_endings).
+    timed_out: dict[str, list[int]] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)  # compositions without a policy: all failed
     seconds: float = 0.0
 
@@ -340,12 +343,14 @@ class _Run:
                 point.unsupported.append(composition.name)
                 point.outcomes[composition.name] = [False] * len(self.eval_seeds)
                 point.first_failed[composition.name] = [0] * len(self.eval_seeds)
+                point.timed_out[composition.name] = [0] * len(self.eval_seeds)
                 continue
             result = evaluate(self.router(policy), self.scene, composition, self.eval_seeds)
             point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
             point.first_failed[composition.name] = [
                 int(t.ground_truth["first_failed"]) for t in result.trials
             ]
+            point.timed_out[composition.name] = [t.timed_out_index for t in result.trials]
         point.seconds = time.perf_counter() - start
         return point
 

@@ -13,7 +13,10 @@ held-out ones) count as failures, and each row lists them under `unsupported`.
 
 Each row also says where its trials failed first at every checkpoint (training and held-out trials of
 every seed; unsupported compositions left out) and what each round's demos showed, summed over seeds:
-whether the demos went where the failures are, and whether the failures there then dropped.
+whether the demos went where the failures are, and whether the failures there then dropped. And how
+each failed trial ended (`_failure_endings`): the expert ran out of time on the subtask that failed, or
+the judge ended a subtask wrongly (confirmed one the simulator did not see complete, or never confirmed
+one that had): the judge's share of the failures, in deployment.
 """
 
 from __future__ import annotations
@@ -60,6 +63,39 @@ def _first_failures(runs: Sequence[dict], checkpoint: int) -> dict[str, int]:
             if name not in point.get("unsupported", []):
                 counts.update(r["subtasks"][name][i] for i in firsts if i >= 0)
     return dict(counts)
+
+
+ENDINGS = ("deadline", "judge_early", "judge_missed")  # how a failed trial ended (_failure_endings)
+
+
+def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | None:
+    """Failed trials at a checkpoint by how they ended, over seeds; None for runs evaluated before the
+    router's timeouts were recorded.
+
+    deadline: the router timed out at the subtask that failed first (the expert did not finish it);
+    judge_early: the judge confirmed that subtask though the simulator did not see it complete;
+    judge_missed: the router timed out at an earlier subtask that had completed (never confirmed).
+    """
+    counts = dict.fromkeys(ENDINGS, 0)
+    for r in runs:
+        point = r["checkpoints"][checkpoint]
+        if "timed_out" not in point:
+            return None
+        for name, firsts in point["first_failed"].items():
+            if name in point.get("unsupported", []):
+                continue
+            for first, timed_out in zip(firsts, point["timed_out"][name], strict=True):
+                if first < 0:
+                    continue
+                ending = (
+                    "deadline"
+                    if timed_out == first
+                    else "judge_missed"
+                    if 0 <= timed_out < first
+                    else "judge_early"
+                )
+                counts[ending] += 1
+    return counts
 
 
 def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
@@ -120,6 +156,7 @@ def summarize(results: Sequence[dict]) -> dict:
             ),
             "first_failures": [_first_failures(runs, k) for k in range(n_checkpoints)],
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
+            "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
         }
         table.append(row)
     _paired_tests(table, groups)
@@ -268,6 +305,18 @@ def _anatomy(rows: Sequence[dict], robot: str) -> list[str]:
             cells.append(" / ".join(str(c.get(name, 0)) for c in r["first_failures"]))
             cells.append(" / ".join(str(c.get(name, 0)) for c in r["round_demos"]))
         lines.append("| " + " | ".join(cells) + " |")
+    endings = [r for r in rows if None not in r["failure_endings"]]
+    if endings:
+        lines += [
+            "",
+            f"How those failed trials ended, at {budgets}: the expert ran out of time on the subtask that "
+            "failed / the judge confirmed it though it had not completed / the judge never confirmed an "
+            "earlier one that had:",
+            "",
+        ]
+        for r in endings:
+            parts = [" / ".join(str(e[k]) for e in r["failure_endings"]) for k in ENDINGS]
+            lines.append(f"- ({r['letter']}) {r['method']}: {parts[0]}; {parts[1]}; {parts[2]}")
     return lines
 
 
