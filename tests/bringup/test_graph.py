@@ -81,6 +81,7 @@ def test_the_coach_yaml_states_the_defaults_the_coach_node_takes_from_the_code()
         "allocation": AllocationConfig.strategy,
         "top_m": AllocationConfig.top_m,
         "train_steps": ImproveConfig.steps,
+        "dense_steps": ImproveConfig.dense_steps,
         "replay_ratio": ImproveConfig.replay_ratio,
         "clips_per_pair": ScorecardConfig.clips_per_pair,
     }

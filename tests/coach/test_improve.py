@@ -18,7 +18,7 @@ from robocoach_world.coach.improve import ROUND_METRIC, ImproveConfig, improve_e
 
 SKILLS = ("pick", "place", "push")
 OLD_DEMOS = 3  # bootstrap demos per skill
-CONFIG = ImproveConfig(steps=4, batch_size=8)
+CONFIG = ImproveConfig(steps=4, batch_size=8, dense_steps=3, dense_batch_size=8)
 
 
 @pytest.fixture

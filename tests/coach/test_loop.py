@@ -22,7 +22,7 @@ from robocoach_world.coach.state import Action, CoachState
 
 SKILLS = ("pick", "place", "press_button")
 FAILURES = {TASK_A.name: [1] * 6 + [0] * 2 + [-1] * 2, TASK_B.name: [1] * 5 + [-1] * 5}  # place fails most
-CONFIG = CoachConfig(budget=8, demos_per_round=4, improve=ImproveConfig(steps=2, batch_size=8))
+CONFIG = CoachConfig(budget=8, demos_per_round=4, improve=ImproveConfig(steps=2, batch_size=8, dense_steps=2))
 
 
 class CrashError(Exception):

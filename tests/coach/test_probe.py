@@ -28,7 +28,7 @@ def test_a_probe_retrains_a_copy_of_one_expert_on_its_own_demos(experts, tmp_pat
     skills_before = {s: source_registry.versions(s) for s in source_registry.skills()}
     config = ProbeConfig(
         experts=experts, robot=ROBOT, task=TASK, subtask=SUBTASK, demos=2, trials=2,
-        update=ImproveConfig(steps=3, batch_size=8), deadline_steps=6, out=tmp_path / "probe",
+        update=ImproveConfig(steps=3, batch_size=8, dense_steps=3), deadline_steps=6, out=tmp_path / "probe",
     )  # fmt: skip
     report = main(config)
 

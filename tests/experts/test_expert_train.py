@@ -120,6 +120,40 @@ def test_by_default_an_update_moves_only_its_own_skills_keypoints(config):
     assert not torch.equal(plain, pick)
 
 
+def test_dense_steps_go_on_training_the_dense_layers_on_the_vision_the_first_steps_left(config):
+    """An update's dense steps read each frame's vision computed once (KEY_VISION): the conv LoRA ends
+    where the full steps left it, the dense LoRA and head train on, and the loss keeps falling."""
+    config = replace(config, lora_layers=None, action_space="joint")
+    lib = ExpertLibrary(config, skills=("pick",))
+    pretrain(lib, _fresh_batches(config, 20, MAP_A), 20, progress=False)
+    lib.add_skill("place")
+    start = clone_state(lib)
+    batches = _fresh_batches(config, 4, MAP_B, first_seed=50_000)
+    update_adapter(lib, "pick", batches, steps=3, progress=False)
+    full_only = clone_state(lib)
+    lib.load_state_dict(start)
+    metrics, losses = update_adapter(
+        lib, "pick", batches, steps=3, progress=False, dense_steps=LEARN_STEPS, dense_batch_size=16
+    )
+    after = cpu_state(lib.state_dict())
+    convs = {k for k in after if ".layers.conv" in k}
+    assert convs and all(torch.equal(after[k], full_only[k]) for k in convs)
+    dense = {k for k in after if k.startswith(("adapters.pick.", "heads.pick.")) and k not in convs}
+    assert dense and not [k for k in dense if torch.equal(after[k], full_only[k])]
+    assert all(
+        torch.equal(after[k], start[k]) for k in after if not k.startswith(("adapters.pick.", "heads.pick."))
+    )
+    assert len(losses) == 3 + LEARN_STEPS and metrics["train_dense/steps"] == LEARN_STEPS
+    conv_params = sum(
+        p.numel() for n in config.conv_lora_layers for p in lib.adapter("pick").layers[n].parameters()
+    )
+    assert metrics["train_dense/trained_params"] == metrics["train/trained_params"] - conv_params
+    assert metrics["train_dense/loss_last"] < 0.5 * metrics["train/loss_last"], metrics
+    with pytest.raises(ValueError, match="shift_pixels"):
+        lib.config.shift_pixels = 2
+        update_adapter(lib, "pick", batches, steps=1, progress=False, dense_steps=1)
+
+
 def test_update_needs_rows_of_its_skill(config):
     lib = ExpertLibrary(config, skills=("pick", "place"))
     only_place = _batches(config, 1, skills=("place",) * len(ROBOTS8))

@@ -61,6 +61,7 @@ COACH = {
     "num_rollouts": 8,
     "horizon": 30,
     "train_steps": 5,
+    "dense_steps": 5,
     "exit_when_done": True,
 }
 TAKE_PAUSE_S = 3.0  # [s] the scripted operator's pause between takes in the killed-coach test

@@ -60,6 +60,7 @@ class Profile:
     initial_states: int  # real initial observations per composition the coach imagines from
     horizon: int  # imagined policy steps per trial
     adapter_steps: int  # adapter update steps per retrained skill
+    dense_steps: int  # ... then steps on the vision those left (ImproveConfig.dense_steps)
     eval_compositions: int | None = (
         None  # evaluate the first n training and held-out compositions (None: all)
     )
@@ -71,14 +72,14 @@ PROFILES = {
         corpus_per_use=1, corpus_per_composition=1, rollouts_per_composition=2, calibration_rollouts=20,
         calibration_hold_s=5.0, world_steps=3000, judge_epochs=40, judge_prior=True, judge_on_imagined=True,
         demo_budget=150, demos_per_round=50, imagined_rollouts=32, initial_states=8,
-        horizon=300, adapter_steps=300,
+        horizon=300, adapter_steps=300, dense_steps=3000,
     ),
     "quick": Profile(
         demos_per_skill=3, train_steps=300, perception_frames=300, perception_steps=200, eval_rollouts=2,
         corpus_per_use=1, corpus_per_composition=0, rollouts_per_composition=1, calibration_rollouts=0,
         calibration_hold_s=5.0, world_steps=60, judge_epochs=1, judge_prior=False, judge_on_imagined=True,
         demo_budget=4, demos_per_round=2, imagined_rollouts=8, initial_states=2,
-        horizon=60, adapter_steps=20, eval_compositions=2,
+        horizon=60, adapter_steps=20, dense_steps=20, eval_compositions=2,
     ),
 }  # fmt: skip
 

@@ -41,7 +41,8 @@ PROFILES: dict[str, tuple[RunSettings, int]] = {  # settings, seeds
         RunSettings(
             budget=4, demos_per_round=2, eval_rollouts=2, training=("press_push", "two_buttons"),
             held_out=("push_then_press",), initial_states=2,
-            imagined_rollouts=4, num_world_seeds=2, horizon=40, adapter_steps=20, min_reach=1,
+            imagined_rollouts=4, num_world_seeds=2, horizon=40, adapter_steps=20, dense_steps=20,
+            min_reach=1,
             shared_init_steps=20, end_to_end_init_steps=20,
         ),
         1,

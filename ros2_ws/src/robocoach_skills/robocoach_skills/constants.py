@@ -28,6 +28,9 @@ KEY_ARGUMENTS = "arguments"  # (2,) long: SUBTASK_ARGUMENTS ids of the active su
 KEY_SUBTASK_START = "subtask_start_image"  # (3, H, W) the frame the active subtask started from, in [0, 1]
 # (2C,) its keypoints as the experts see them (ChunkPolicy.start_keypoints): computed once per subtask
 KEY_SUBTASK_START_KEYPOINTS = "subtask_start_keypoints"
+# (3C,) a frame's keypoints and pooled features (Backbone.vision, concatenated) in place of the frame:
+# computed once per frame while an update keeps the vision fixed (train.update_adapter's dense steps)
+KEY_VISION = "vision"
 
 # Scene names a subtask's object/target may take, known to the experts (index 0: none). One press
 # expert serves "press red_button" and "press green_button": the argument tells it which.

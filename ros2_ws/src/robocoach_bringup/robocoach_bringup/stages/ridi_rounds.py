@@ -55,6 +55,7 @@ def run(config, results: dict) -> dict:
                 "initial_states": profile.initial_states,
                 "horizon": profile.horizon,
                 "train_steps": profile.adapter_steps,
+                "dense_steps": profile.dense_steps,
                 "exit_when_done": True,
             },
         }

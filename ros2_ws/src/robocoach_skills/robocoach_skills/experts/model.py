@@ -58,6 +58,7 @@ from robocoach_skills.constants import (
     KEY_SKILL,
     KEY_SUBTASK_START,
     KEY_SUBTASK_START_KEYPOINTS,
+    KEY_VISION,
     LANDMARKS,
     OBS_IMAGE,
     OBS_PROPRIO,
@@ -144,6 +145,7 @@ class Backbone(nn.Module):
         )
         self.norms = nn.ModuleList(nn.GroupNorm(c.norm_groups, o) for o in c.conv_channels)
         self.keypoints = SpatialSoftArgmax()
+        self.vision_channels = c.conv_channels[-1]  # C: `vision` gives 2C keypoint coordinates and C pooled
         self.proprio = LoRALinear(ACTION_DIM, c.proprio_hidden)
         self.robot_embed = nn.Embedding(len(ROBOTS), c.robot_embed_dim)
         self.argument_embed = nn.Embedding(len(SUBTASK_ARGUMENTS), c.argument_embed_dim)
@@ -240,7 +242,7 @@ class Backbone(nn.Module):
 
     def forward(
         self,
-        image: torch.Tensor,
+        image: torch.Tensor | None,
         proprio: torch.Tensor,
         robot_id: torch.Tensor,
         arguments: torch.Tensor,
@@ -248,15 +250,20 @@ class Backbone(nn.Module):
         start_image: torch.Tensor | None = None,
         hand_xy: torch.Tensor | None = None,
         start_keypoints: torch.Tensor | None = None,
+        vision: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`start_image` (B, 3, H, W): the frame the subtask started from, or `start_keypoints` (B, 2C) its
         keypoints (`vision` of it, computed once per subtask): one of them is needed with argument_memory.
-        `hand_xy` (B, 2) [m]: where forward kinematics puts the hand (needed with argument_table)."""
+        `hand_xy` (B, 2) [m]: where forward kinematics puts the hand (needed with argument_table).
+        `vision` (B, 3C): `self.vision(image, adapter)` already computed (KEY_VISION), in place of `image`."""
 
         def lora(name: str) -> LowRank | None:
             return adapter.get(name) if adapter is not None else None
 
-        keypoints, pooled = self.vision(image, adapter)  # (B, 2 * C_last), (B, C_last)
+        if vision is not None:
+            keypoints, pooled = vision.split([2 * self.vision_channels, self.vision_channels], dim=1)
+        else:
+            keypoints, pooled = self.vision(image, adapter)  # (B, 2 * C_last), (B, C_last)
         p = F.relu(self.proprio(proprio, lora("proprio")))  # (B, proprio_hidden)
         r = self.robot_embed(robot_id)  # (B, robot_embed_dim)
         a = self.argument_embed(arguments).flatten(1)  # (B, 2 * argument_embed_dim)
@@ -425,10 +432,11 @@ class ChunkPolicy(nn.Module, ABC):
         c = self.config
         hand = self.hand_inputs(proprio, robot) if c.hand_skip or c.argument_table else None  # (B, 6)
         features = backbone(
-            obs[OBS_IMAGE], proprio, robot, obs[KEY_ARGUMENTS], adapter,
+            obs.get(OBS_IMAGE), proprio, robot, obs[KEY_ARGUMENTS], adapter,
             start_image=obs.get(KEY_SUBTASK_START),
             hand_xy=hand[:, :2] if hand is not None else None,
             start_keypoints=obs.get(KEY_SUBTASK_START_KEYPOINTS),
+            vision=obs.get(KEY_VISION),
         )  # fmt: skip
         return torch.cat([features, hand], dim=-1) if c.hand_skip else features
 
@@ -457,7 +465,7 @@ class ChunkPolicy(nn.Module, ABC):
         """Training loss of `skill` on a batch (every row is taken to belong to that skill)."""
         batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         self._check_obs(batch)
-        if self.config.shift_pixels:
+        if self.config.shift_pixels and OBS_IMAGE in batch:  # a batch of KEY_VISION has no frames to shift
             batch = {**batch, **self._shifted(batch)}
         delta, done_logit = self.predict(batch, skill)
         target, mask = self.delta_targets(batch)
@@ -536,14 +544,22 @@ class ChunkPolicy(nn.Module, ABC):
             self.train(was_training)
 
     def _check_obs(self, obs: Batch) -> None:
-        image, proprio, robot = obs[OBS_IMAGE], obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
-        b, c, s = image.shape[0], self.config.image_channels, self.config.image_size
+        proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]
+        b, c, s = proprio.shape[0], self.config.image_channels, self.config.image_size
+        if OBS_IMAGE not in obs and KEY_VISION not in obs:
+            raise ValueError(
+                f"an observation batch needs {OBS_IMAGE!r} (or {KEY_VISION!r}, the frame's vision)"
+            )
         for key in (OBS_IMAGE, KEY_SUBTASK_START):
             if key in obs and tuple(obs[key].shape) != (b, c, s, s):
                 raise ValueError(
                     f"{key} must be (B, {c}, {s}, {s}) float in [0, 1], got {tuple(obs[key].shape)}"
                 )
         width = 2 * self.config.conv_channels[-1]
+        if KEY_VISION in obs and tuple(obs[KEY_VISION].shape) != (b, 3 * width // 2):
+            raise ValueError(
+                f"{KEY_VISION} must be (B, {3 * width // 2}), got {tuple(obs[KEY_VISION].shape)}"
+            )
         start_keypoints = obs.get(KEY_SUBTASK_START_KEYPOINTS)
         if start_keypoints is not None and tuple(start_keypoints.shape) != (b, width):
             shape = tuple(start_keypoints.shape)

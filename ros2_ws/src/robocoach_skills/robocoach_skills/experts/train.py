@@ -2,6 +2,7 @@
 
     metrics, losses = pretrain(lib, loader, steps=2000)                 # backbone + every skill
     metrics, losses = update_adapter(lib, "pick", loader, steps=300)    # pick's adapter + head only
+    metrics, losses = update_adapter(lib, "pick", loader, 300, dense_steps=3000)  # ... then on fixed vision
     save_loss_curve(losses, "pick_v0001.png")
 
 Batches follow the dataset contract (model.py KEY_*). With a `skill` key, pretraining groups each
@@ -12,6 +13,13 @@ An update trains exactly `library.adapter_parameters(skill)` (plus the backbone 
 config.freeze_backbone is False): everything else has requires_grad=False and is not in the
 optimiser, so it stays bit-identical. The library has no BatchNorm or dropout, so train and eval
 mode compute the same function and no running statistics drift.
+
+Most of an update's cost is the convolutions (forward and backward through the skill's conv LoRA),
+and 300 steps of 64 leave a skill underfitted: a 50-demo Franka push update reached a loss of 0.38
+and pushed 0 of 16 trials, 3000 such steps reached 0.19 and pushed 10 of 16 (docs/bootstrap.md,
+session 39), at ten times the cost. So an update may go on for `dense_steps` with the skill's vision
+fixed where the first steps left it: every frame's keypoints and pooled features are computed once
+(KEY_VISION), and only the dense layers' LoRA and the head train on them, in bigger, cheap batches.
 
 Multi-GPU (not implemented; one process keeps this file short): under `torchrun --nproc_per_node N`
 call torch.distributed.init_process_group("nccl") when WORLD_SIZE > 1 (select_device already picks
@@ -36,6 +44,7 @@ from matplotlib.figure import Figure
 from torch import nn
 from tqdm import tqdm
 
+from robocoach_skills.constants import KEY_SUBTASK_START, KEY_SUBTASK_START_KEYPOINTS, KEY_VISION, OBS_IMAGE
 from robocoach_skills.device import select_device
 from robocoach_skills.experts.model import KEY_ROBOT_ID, KEY_SKILL, Batch, ChunkPolicy, split_by_skill
 
@@ -64,13 +73,69 @@ def update_adapter(
     steps: int,
     device: str | None = None,
     progress: bool = True,
+    dense_steps: int = 0,
+    dense_batch_size: int = 256,
+    seed: int = 0,
 ) -> tuple[dict[str, float], list[float]]:
-    """Train only `skill`'s adapter and head (see module docstring) for `steps` steps."""
+    """Train only `skill`'s adapter and head (see module docstring) for `steps` steps, then for
+    `dense_steps` steps of `dense_batch_size` rows on the vision those steps left, computed once over one
+    pass of `batches` (`seed`: which rows each dense step draws). Losses of both parts, in order."""
     params = library.adapter_parameters(skill)
     if not library.config.freeze_backbone:
         params += library.backbone_parameters()
     unique = list({id(p): p for p in params}.values())
-    return _train(library, unique, batches, steps, skill, f"update {skill}", device, progress)
+    metrics, losses = _train(library, unique, batches, steps, skill, f"update {skill}", device, progress)
+    if dense_steps < 1:
+        return metrics, losses
+    rows = _fixed_vision(library, skill, batches)
+    backbone, adapter = library.vision_of(skill)
+    vision = [*backbone.vision_parameters()]
+    if adapter is not None:
+        vision += [p for name in library.config.conv_lora_layers for p in adapter.layers[name].parameters()]
+    fixed = {id(p) for p in vision}
+    dense = [p for p in unique if id(p) not in fixed]
+    draws = _draws(rows, dense_batch_size, seed)
+    desc = f"update {skill} (fixed vision)"
+    more_metrics, more = _train(library, dense, draws, dense_steps, skill, desc, device, progress)
+    return {
+        **metrics,
+        **{k.replace("train/", "train_dense/"): v for k, v in more_metrics.items()},
+    }, losses + more
+
+
+@torch.no_grad()
+def _fixed_vision(library: ChunkPolicy, skill: str, batches: Iterable[Batch]) -> dict[str, torch.Tensor]:
+    """Every row of `skill` in one pass over `batches`, frames replaced by what the skill's vision makes of
+    them now (KEY_VISION, and KEY_SUBTASK_START_KEYPOINTS for the subtask's first frame)."""
+    if library.config.shift_pixels:
+        raise ValueError(
+            "dense steps compute each frame's vision once; they need ExpertConfig.shift_pixels = 0"
+        )
+    backbone, adapter = library.vision_of(skill)
+    was_training = library.training
+    library.eval()
+    parts: dict[str, list[torch.Tensor]] = {}
+    for batch in batches:
+        for group in _groups(batch, library, skill).values():
+            group = {k: v.to(library.device) for k, v in group.items() if isinstance(v, torch.Tensor)}
+            group[KEY_VISION] = torch.cat(backbone.vision(group.pop(OBS_IMAGE), adapter), dim=1)
+            if KEY_SUBTASK_START in group:
+                group[KEY_SUBTASK_START_KEYPOINTS] = backbone.vision(group.pop(KEY_SUBTASK_START), adapter)[0]
+            for k, v in group.items():
+                parts.setdefault(k, []).append(v)
+    library.train(was_training)
+    if not parts:
+        raise ValueError(f"the batches hold no rows of skill {skill!r} for the dense steps")
+    return {k: torch.cat(v) for k, v in parts.items()}
+
+
+def _draws(rows: dict[str, torch.Tensor], batch_size: int, seed: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Endless batches of `batch_size` rows drawn uniformly (with replacement) from `rows`."""
+    n = len(next(iter(rows.values())))
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        pick = torch.randint(n, (batch_size,), generator=generator)
+        yield {k: v[pick.to(v.device)] for k, v in rows.items()}
 
 
 def save_loss_curve(losses: list[float], path: Path | str) -> Path:

@@ -38,15 +38,19 @@ RUN_METRIC = "coach/run"  # ... and which coach run (its 8-hex-digit run id as a
 
 @dataclass(frozen=True)
 class ImproveConfig:
-    steps: int = 300  # optimiser steps per retrained skill
+    steps: int = 300  # optimiser steps per retrained skill, vision (conv LoRA) included
     batch_size: int = 64  # samples per step
+    # ... then steps on the vision those left (train.update_adapter): 300 steps alone underfit a 50-demo
+    # push update (0 of 16 pushed; 3000 full steps: 10 of 16, docs/bootstrap.md session 39)
+    dense_steps: int = 3000
+    dense_batch_size: int = 256
     replay_ratio: float = 0.5  # older demos of the skill mixed in, per new demo (episodes)
     seed: int = 0  # replay sample and data order
     num_workers: int = 0  # DataLoader workers
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
+        if self.steps < 1 or self.batch_size < 1 or self.dense_steps < 0 or self.dense_batch_size < 1:
+            raise ValueError(f"ImproveConfig: steps and batch sizes must be >= 1, dense_steps >= 0: {self}")
         if self.replay_ratio < 0:
             raise ValueError(f"ImproveConfig.replay_ratio must be >= 0, got {self.replay_ratio!r}")
 
@@ -148,7 +152,10 @@ def improve_experts(
             num_workers=config.num_workers,
             generator=torch.Generator().manual_seed(config.seed + round_index),
         )
-        metrics, _ = update_adapter(library, skill, loader, config.steps, progress=progress)
+        metrics, _ = update_adapter(
+            library, skill, loader, config.steps, progress=progress, dense_steps=config.dense_steps,
+            dense_batch_size=config.dense_batch_size, seed=config.seed + round_index,
+        )  # fmt: skip
         metrics = {
             **metrics,
             ROUND_METRIC: float(round_index),

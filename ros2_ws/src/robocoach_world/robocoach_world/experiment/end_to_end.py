@@ -133,14 +133,19 @@ def fit(
     episode_ids: Sequence[str],
     steps: int,
     seed: int,
-    batch_size: int = ImproveConfig.batch_size,
+    improve: ImproveConfig | None = None,
 ) -> dict[str, float]:
-    """Train `composition`'s whole policy for `steps` steps on `episode_ids` (seed: data order)."""
+    """Train `composition`'s whole policy on `episode_ids` (seed: data order): `steps` steps, then
+    `improve`'s dense steps (none without it), in its batch sizes."""
+    improve = improve or ImproveConfig(dense_steps=0)
     dataset = WholeTaskDataset(store, composition, episode_ids, policy.config.chunk_len)
     loader = DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
+        dataset, batch_size=improve.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
     )
-    metrics, _ = update_adapter(policy, composition.name, loader, steps, progress=False)
+    metrics, _ = update_adapter(
+        policy, composition.name, loader, steps, progress=False,
+        dense_steps=improve.dense_steps, dense_batch_size=improve.dense_batch_size, seed=seed,
+    )  # fmt: skip
     return metrics
 
 
@@ -343,9 +348,14 @@ class WholeTaskTeacher:
                 replay = self._replay(composition, new)
                 ids = [*new, *replay]
                 metrics = fit(
-                    self.policy, composition, self.store, ids, improve.steps, improve.seed + state.round,
-                    improve.batch_size,
-                )  # fmt: skip
+                    self.policy,
+                    composition,
+                    self.store,
+                    ids,
+                    improve.steps,
+                    improve.seed + state.round,
+                    improve,
+                )
                 meta = {"new_demos": new, "replay_demos": replay, "metrics": metrics}
                 _save(self.policy, self.experts, name, version, meta)
             state.adapter_versions[name] = version

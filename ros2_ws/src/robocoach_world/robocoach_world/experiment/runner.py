@@ -107,6 +107,7 @@ class RunSettings:
     num_world_seeds: int = ImaginationConfig.num_world_seeds
     horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
     adapter_steps: int = ImproveConfig.steps  # optimiser steps per retrained adapter
+    dense_steps: int = ImproveConfig.dense_steps  # ... then steps on the vision those left (ImproveConfig)
     min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
     targeted_allocation: str = AllocationConfig.strategy  # (b, c, d, g)'s strategy (methods.TARGETED)
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
@@ -251,7 +252,9 @@ class _Run:
         schedule = CoachConfig(  # every method's: budget, rounds, update steps and replay
             budget=settings.budget,
             demos_per_round=settings.demos_per_round,
-            improve=ImproveConfig(steps=settings.adapter_steps, seed=spec.seed),
+            improve=ImproveConfig(
+                steps=settings.adapter_steps, dense_steps=settings.dense_steps, seed=spec.seed
+            ),
         )
         station = ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
         self.teacher: Coach | WholeTaskTeacher

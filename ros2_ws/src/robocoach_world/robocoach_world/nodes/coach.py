@@ -232,6 +232,9 @@ class CoachNode(Node):
         strategy = declare("allocation", AllocationConfig.strategy).value  # top_m | proportional
         top_m = declare("top_m", AllocationConfig.top_m).value
         train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
+        dense_steps = declare(
+            "dense_steps", ImproveConfig.dense_steps
+        ).value  # ... then on their fixed vision
         replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
         self.clips_per_pair = declare("clips_per_pair", ScorecardConfig.clips_per_pair).value  # 0: none
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
@@ -254,7 +257,7 @@ class CoachNode(Node):
             demos_per_round=demos_per_round,
             diagnosis=DiagnosisConfig(min_reach=min_reach, top_sites=top_sites),
             allocation=AllocationConfig(strategy=strategy, top_m=top_m),
-            improve=ImproveConfig(steps=train_steps, replay_ratio=replay_ratio),
+            improve=ImproveConfig(steps=train_steps, dense_steps=dense_steps, replay_ratio=replay_ratio),
             scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
         )
         self.state = CoachState.open(state_dir / STATE_FILE, budget, versions)
