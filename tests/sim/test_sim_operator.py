@@ -58,6 +58,26 @@ def test_demos_are_reproducible_and_seed_dependent():
 
 
 @pytest.mark.parametrize("robot", ROBOTS)
+def test_a_subtask_demo_starts_where_the_earlier_subtask_completed_as_a_deployed_router_switches(robot):
+    """A pick after a press starts with the hand still at the pressed button, as a deployed press expert
+    leaves it when the router switches; before, the script's retreat put every demo 15 cm up."""
+    scene = SimScene(SceneConfig(robot=robot, render=False))
+    comp = get_composition(robot, "button_pick_bin")  # press green, then pick red
+    heights = {}
+    for stop in (True, False):
+        operator = ScriptedOperator(OperatorConfig(prerequisites_stop_at_completion=stop))
+        scene.reset(comp, 3)
+        button = scene.privileged_state()["buttons"]["green_button"]["top_pos"]
+        episode = operator.demo_subtask(scene, comp, 1, seed=3)
+        assert episode.success and episode.metadata["prerequisites_ok"]
+        scene.reset(comp, 3)
+        scene.place_arm(episode.proprio[0][:-1], float(episode.proprio[0][-1]))
+        heights[stop] = scene.privileged_state()["ee_pos"][2] - button[2]
+    scene.close()
+    assert heights[True] < 0.04 < 0.08 < heights[False], heights
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
 def test_whole_task_demo_labels_each_subtask(robot):
     scene = SimScene(SceneConfig(robot=robot, render=False))
     comp = get_composition(robot, "drawer_store")

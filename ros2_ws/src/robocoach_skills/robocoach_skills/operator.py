@@ -75,6 +75,10 @@ class OperatorConfig:
     idle_steps: tuple[int, int] = (10, 40)  # after a spoiled subtask the hand idles this long [policy steps]
     drift_std: float = 0.004  # drift: per-step std of a horizontal random walk added to set-points [m]
     miss_offset: tuple[float, float] = (0.03, 0.06)  # miss: horizontal offset of every set-point [m]
+    # A subtask demo's earlier subtasks (not recorded) stop the moment the simulator sees each complete,
+    # where a deployed router switches, instead of finishing their scripts (a press's retreat to 15 cm):
+    # the recorded demo then starts where a deployed expert does (docs/bootstrap.md, session 39).
+    prerequisites_stop_at_completion: bool = True
 
     def __post_init__(self) -> None:
         if self.noise_std < 0:
@@ -184,6 +188,10 @@ class _Recorder:
         )
 
 
+class _Completed(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by `_Hand` once its `stop_when` holds: the subtask being performed is complete."""
+
+
 class _Hand:
     """Turns Cartesian set-points into joint commands and steps the scene (one per policy step)."""
 
@@ -200,6 +208,7 @@ class _Hand:
         self.bias = np.zeros(3)  # offset added to every set-point (injected miss / drift) [m]
         self.drift_std = 0.0  # per-step std of the random walk of `bias` in x and y [m]
         self.grip = 1.0  # last gripper command
+        self.stop_when: Callable[[], bool] | None = None  # checked after every step (raises _Completed)
         self.sync()
 
     def sync(self) -> None:
@@ -225,6 +234,8 @@ class _Hand:
         if self.recorder is not None:
             self.recorder.act(applied)
         self.steps += 1
+        if self.stop_when is not None and self.stop_when():
+            raise _Completed
 
     def go(self, wp: Waypoint, budget: int) -> None:
         """Move to a waypoint, first lifting the hand over anything the straight move would hit."""
@@ -328,6 +339,21 @@ class ScriptedOperator:
                 return attempts, True
         return attempts, False
 
+    def _perform_prerequisite(
+        self, scene: SimScene, hand: _Hand, composition: Composition, index: int
+    ) -> bool:
+        """Subtask `index` before a recorded one: performed, and with `prerequisites_stop_at_completion`
+        left the step it completes, as a deployed router leaves it; returns success."""
+        if not self.config.prerequisites_stop_at_completion:
+            return self._perform_subtask(scene, hand, composition, index)[1]
+        hand.stop_when = lambda: scene.subtask_success(index)
+        try:
+            return self._perform_subtask(scene, hand, composition, index)[1]
+        except _Completed:
+            return True
+        finally:
+            hand.stop_when = None
+
     def _spoil_subtask(
         self, scene: SimScene, hand: _Hand, subtask: Subtask, failure: InjectedFailure
     ) -> tuple[int, bool, str]:
@@ -385,7 +411,7 @@ class ScriptedOperator:
         prerequisites_ok = True
         for i in range(index):
             scene.start_subtask(i)
-            prerequisites_ok &= self._perform_subtask(scene, hand, composition, i)[1]
+            prerequisites_ok &= self._perform_prerequisite(scene, hand, composition, i)
         scene.start_subtask(index)
         hand.sync()
         hand.recorder = recorder = _Recorder(scene)

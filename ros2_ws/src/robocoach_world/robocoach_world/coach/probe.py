@@ -212,7 +212,7 @@ def _markdown(report: dict) -> str:
             f"Experts from `{c['experts']}`; {demos['accepted']} fresh scripted demos "
             f"({demos['discarded']} takes discarded, {demos['mean_length']:.0f} steps on average); "
             f"adapter version {report['adapter']['parent']} -> {report['adapter']['version']} "
-            f"after {c['update']['steps']} steps.",
+            f"after {c['update']['steps']} steps and {c['update']['dense_steps']} dense steps.",
             "",
             "Deployed from the evaluation seeds; trials count where the earlier subtasks completed.",
             "",
