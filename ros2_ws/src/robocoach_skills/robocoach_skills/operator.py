@@ -77,8 +77,10 @@ class OperatorConfig:
     miss_offset: tuple[float, float] = (0.03, 0.06)  # miss: horizontal offset of every set-point [m]
     # A subtask demo's earlier subtasks (not recorded) stop the moment the simulator sees each complete,
     # where a deployed router switches, instead of finishing their scripts (a press's retreat to 15 cm):
-    # the recorded demo then starts where a deployed expert does (docs/bootstrap.md, session 39).
-    prerequisites_stop_at_completion: bool = True
+    # the recorded demo then starts where a deployed expert does (a pick after a press learnt from 50
+    # such demos: 0 -> 7 of 11, docs/bootstrap.md session 39). Off by default until the scripts cope
+    # with those starts: place demos after a pick stopped at its lift succeed 82-86% (95% required).
+    prerequisites_stop_at_completion: bool = False
 
     def __post_init__(self) -> None:
         if self.noise_std < 0:
