@@ -415,6 +415,11 @@ class ChunkPolicy(nn.Module, ABC):
     def vision_of(self, skill: str) -> tuple[Backbone, LoRAAdapter | None]:
         """The backbone and adapter `skill` sees with (checks the skill)."""
 
+    def vision_parameters_of(self, skill: str) -> list[nn.Parameter]:
+        """Every parameter what `skill` sees depends on: its backbone's vision and its adapter's conv LoRA."""
+        backbone, adapter = self.vision_of(skill)
+        return [*backbone.vision_parameters(), *_conv_lora_parameters(adapter, self.config)]
+
     @abstractmethod
     def adapter_parameters(self, skill: str) -> list[nn.Parameter]:
         """The parameters an update of `skill` trains."""
@@ -627,8 +632,7 @@ class ExpertLibrary(ChunkPolicy):
 
     def vision_adapter_parameters(self) -> list[nn.Parameter]:
         """Every skill's LoRA on the convolutions: the part of the adapters that moves its keypoints."""
-        convs = self.config.conv_lora_layers
-        return [p for s in self.skills for name in convs for p in self.adapter(s).layers[name].parameters()]
+        return [p for s in self.skills for p in _conv_lora_parameters(self.adapter(s), self.config)]
 
     # Per-skill state as flat tensor dicts ("adapter.layers.fuse.A", "head.out.weight", ...) for artifacts.
 
@@ -651,6 +655,13 @@ class ExpertLibrary(ChunkPolicy):
         with torch.no_grad():
             for name, live in self.skill_state_dict(skill).items():
                 live.copy_(tensors[name])
+
+
+def _conv_lora_parameters(adapter: LoRAAdapter | None, config: ExpertConfig) -> list[nn.Parameter]:
+    """The adapter's LoRA on the convolutions (none without an adapter)."""
+    if adapter is None:
+        return []
+    return [p for name in config.conv_lora_layers for p in adapter.layers[name].parameters()]
 
 
 def _skill_state(adapter: LoRAAdapter, head: ActionHead) -> dict[str, torch.Tensor]:

@@ -88,11 +88,7 @@ def update_adapter(
     if dense_steps < 1:
         return metrics, losses
     rows = _fixed_vision(library, skill, batches)
-    backbone, adapter = library.vision_of(skill)
-    vision = [*backbone.vision_parameters()]
-    if adapter is not None:
-        vision += [p for name in library.config.conv_lora_layers for p in adapter.layers[name].parameters()]
-    fixed = {id(p) for p in vision}
+    fixed = {id(p) for p in library.vision_parameters_of(skill)}
     dense = [p for p in unique if id(p) not in fixed]
     draws = _draws(rows, dense_batch_size, seed)
     desc = f"update {skill} (fixed vision)"

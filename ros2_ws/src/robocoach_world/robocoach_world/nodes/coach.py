@@ -232,9 +232,7 @@ class CoachNode(Node):
         strategy = declare("allocation", AllocationConfig.strategy).value  # top_m | proportional
         top_m = declare("top_m", AllocationConfig.top_m).value
         train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
-        dense_steps = declare(
-            "dense_steps", ImproveConfig.dense_steps
-        ).value  # ... then on their fixed vision
+        dense_steps = declare("dense_steps", ImproveConfig.dense_steps).value  # ... then on fixed vision
         replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
         self.clips_per_pair = declare("clips_per_pair", ScorecardConfig.clips_per_pair).value  # 0: none
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
