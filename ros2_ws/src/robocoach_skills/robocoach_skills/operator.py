@@ -35,7 +35,7 @@ import numpy as np
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.constants import OBS_IMAGE, OBS_PROPRIO
 from robocoach_skills.data.episode import Episode
-from robocoach_skills.sim.geometry import transit_height
+from robocoach_skills.sim.geometry import escape_height, transit_height
 from robocoach_skills.sim.ik import IK_PITCH_WEIGHT, IKConfig, IKSolver, top_down_rotation
 from robocoach_skills.sim.layout import BUTTONS, CUBES
 from robocoach_skills.sim.mjcf import TCP_SITE
@@ -78,9 +78,9 @@ class OperatorConfig:
     # A subtask demo's earlier subtasks (not recorded) stop the moment the simulator sees each complete,
     # where a deployed router switches, instead of finishing their scripts (a press's retreat to 15 cm):
     # the recorded demo then starts where a deployed expert does (a pick after a press learnt from 50
-    # such demos: 0 -> 7 of 11, docs/bootstrap.md session 39). Off by default until the scripts cope
-    # with those starts: place demos after a pick stopped at its lift succeed 82-86% (95% required).
-    prerequisites_stop_at_completion: bool = False
+    # such demos: 0 -> 7 of 11, docs/bootstrap.md session 39). Each subtask's script first frees the hand
+    # from where the last one left it (`_Hand.free`). Off: prerequisites finish their scripts.
+    prerequisites_stop_at_completion: bool = True
 
     def __post_init__(self) -> None:
         if self.noise_std < 0:
@@ -245,16 +245,28 @@ class _Hand:
             self.move(wp, budget)
             return
         state = self.scene.privileged_state()
-        below = self.scene.arm.gripper.tip_margin
-        for cube in state["objects"].values():
-            if cube["grasped"]:  # a carried cube hangs below the hand
-                below = max(below, state["ee_pos"][2] - cube["pos"][2] + state["cube_half"])
-        height = transit_height(state, self.setpoint, wp.pos, below)
+        height = transit_height(state, self.setpoint, wp.pos, self._reach_below(state))
         if height is not None:
             lift = max(height, self.setpoint[2])
             for via in (np.array([*self.setpoint[:2], lift]), np.array([*wp.pos[:2], lift])):
                 self.move(Waypoint(via, wp.yaw, wp.grip), budget)
         self.move(wp, budget)
+
+    def free(self, budget: int) -> None:
+        """Rise straight out of whatever the hand is in, on or hooked behind (the bin, a pressed button,
+        the drawer handle), as a subtask that starts where the last one completed must first do."""
+        state = self.scene.privileged_state()
+        height = escape_height(state, self.setpoint, self._reach_below(state))
+        if height is not None:
+            self.move(Waypoint(np.array([*self.setpoint[:2], height]), self.yaw, self.grip), budget)
+
+    def _reach_below(self, state: dict) -> float:
+        """How far the hand, or a cube it carries, reaches below the TCP [m]."""
+        below = self.scene.arm.gripper.tip_margin
+        for cube in state["objects"].values():
+            if cube["grasped"]:
+                below = max(below, state["ee_pos"][2] - cube["pos"][2] + state["cube_half"])
+        return below
 
     def move(self, wp: Waypoint, budget: int) -> None:
         """Follow one waypoint at a freshly drawn speed; stops early when the step budget is spent."""
@@ -327,6 +339,7 @@ class ScriptedOperator:
         cfg = self.config
         skill = get_skill(composition.subtasks[index].skill)
         budget = hand.steps + cfg.max_steps_per_subtask
+        hand.free(budget)
         attempts = 0
         while attempts < cfg.max_attempts and hand.steps < budget:
             attempts += 1
@@ -368,6 +381,7 @@ class ScriptedOperator:
             other = _other_object(scene, subtask)
             mode = "miss" if other is None else mode
             subtask = subtask if other is None else dataclasses.replace(subtask, object=other)
+        hand.free(budget)
         if mode == "stop_early":
             budget = hand.steps + failure.stop_after
         elif mode == "miss":

@@ -75,6 +75,17 @@ def transit_height(
     return needed if blocked else None
 
 
+def escape_height(
+    state: dict, pos: np.ndarray, below_tcp: float, margin: float = 0.02, clearance: float = 0.025
+) -> float | None:
+    """Lowest TCP height at which a hand at `pos` is clear of every obstacle under it, or None if it
+    already is. A subtask that starts where the last one completed finds the hand in the bin, on a
+    pressed button or hooked behind the drawer handle; sideways from there it drags what it is in."""
+    under = [o.top for o in obstacles(state) if o.contains(pos[:2], margin)]
+    needed = max(under, default=-math.inf) + clearance + below_tcp
+    return needed if pos[2] < needed else None
+
+
 def segment_clear(a: np.ndarray, b: np.ndarray, centre: np.ndarray, half: float, samples: int = 40) -> bool:
     """Whether the segment a-b stays out of the axis-aligned square (centre, half size)."""
     points = a + np.linspace(0.0, 1.0, samples)[:, None] * (b - a)
