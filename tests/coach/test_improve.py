@@ -105,6 +105,20 @@ def test_replay_takes_each_variant_of_a_skill_in_turn(setup):
     assert {green in replay_sample(store, "pick", [], 1, seed=seed) for seed in range(10)} == {True, False}
 
 
+def test_replay_takes_each_start_of_a_skill_in_turn(setup):
+    """Picks of the same cube from another task (its demos start after a press, not from home) are a
+    variant of their own: coached rounds of one start must not crowd the others out of the replay."""
+    _, _, store = setup  # 3 bootstrap pick(red_cube) demos, composition "pick"
+    after_press = Composition("button_pick_bin/1:pick", "franka", (Subtask("pick", "red_cube"),))
+    template = make_episode(skills=("pick",), size=32, steps=8, seed=98)
+    for k in range(10):
+        store.add(replace(template, seed=200 + k, composition=after_press))
+    home = set(store.ids(skill="pick")[:OLD_DEMOS])
+    for seed in range(10):
+        drawn = replay_sample(store, "pick", [], 4, seed=seed)
+        assert len(home & set(drawn)) == 2, drawn  # two turns each
+
+
 def test_dataset_can_be_limited_to_episode_ids(setup):
     _, _, store = setup
     ids = store.ids()[:2]

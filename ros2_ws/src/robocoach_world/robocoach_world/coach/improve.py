@@ -71,15 +71,17 @@ def replay_sample(
     """`n` (or all, if fewer) successful demos of `skill` not in `exclude` (and on one of `robots`, when
     given: an arm coached on its own replays its own demos), drawn without replacement, in store order.
 
-    The draw goes round-robin over the skill's variants (the demo's arm and arguments, e.g. each
-    button), seeded within each: rounds that ask for one button fill the store with its demos, and a
-    draw from the whole pool would leave the other button out of the replay (docs/results.md,
-    session 28, where 75 red-button press demos took the green press away)."""
+    The draw goes round-robin over the skill's variants (the demo's arm, the task and place in it that
+    the demo started from, and the skill's arguments, e.g. each button), seeded within each: rounds
+    that ask for one variant fill the store with its demos, and a draw from the whole pool would leave
+    the others out of the replay (docs/results.md: session 28, where 75 red-button press demos took the
+    green press away; session 39, where picks after a press took the picks from home away)."""
     skip = set(exclude)
     pool, variants = [], {}
     for m in store.iter_meta(kind="demo", skill=skill, success=True):
         if m.episode_id not in skip and (robots is None or m.robot in robots):
-            variant = ";".join([m.robot, *(str(s) for s in m.composition.subtasks if s.skill == skill)])
+            args = (str(s) for s in m.composition.subtasks if s.skill == skill)
+            variant = ";".join([m.robot, m.composition.name, *args])
             variants.setdefault(variant, []).append(m.episode_id)
             pool.append(m.episode_id)
     turns = seeded_sample(sorted(variants), len(variants), seed, skill, shuffle=True)  # who goes first
