@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from offboard_models import write_offboard_models
 
@@ -23,6 +24,9 @@ from robocoach_world.coach.detector_check import (
 ROBOT, TASK, DEADLINE = "piper", "two_buttons", 6
 
 
+HOLD = np.zeros(8, dtype=np.float32)  # the action each step sends (these detectors ignore it)
+
+
 class FiresAt(CompletionDetector):
     """Done from its `step`-th update of a subtask on (0-based)."""
 
@@ -32,7 +36,7 @@ class FiresAt(CompletionDetector):
     def reset(self, subtask: Subtask) -> None:
         self.seen = 0
 
-    def update(self, obs: dict, done_prob: float) -> bool:
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
         self.seen += 1
         return self.seen > self.at
 
@@ -41,13 +45,13 @@ def test_earlier_subtasks_switch_and_the_checked_one_only_records_when_each_dete
     rule = ShadowDetectors(FiresAt(1), {"a": FiresAt(2), "b": FiresAt(99)}, checked=1)
     rule.start_trial()
     rule.reset(Subtask("press_button", "red_button"))
-    assert [rule.update({}, 0.0) for _ in range(2)] == [False, True]  # subtask 0: the switching rule
+    assert [rule.update({}, 0.0, HOLD) for _ in range(2)] == [False, True]  # subtask 0: the switching rule
     rule.reset(Subtask("press_button", "green_button"))
-    assert not any(rule.update({}, 0.0) for _ in range(5))  # the checked subtask never switches
+    assert not any(rule.update({}, 0.0, HOLD) for _ in range(5))  # the checked subtask never switches
     assert rule.fired == {"a": 2, "b": -1}
     rule.start_trial()
     rule.reset(Subtask("press_button", "red_button"))
-    assert rule.update({}, 0.0) is False and rule.index == 0
+    assert rule.update({}, 0.0, HOLD) is False and rule.index == 0
 
 
 def test_a_switch_is_on_time_only_where_the_subtask_was_complete():

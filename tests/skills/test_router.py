@@ -126,7 +126,7 @@ def _confirmed_at(done_from: int | None, hold: int, deadline: int) -> int | None
     detector.reset(Subtask("pick", "red_cube"))
     for step in range(1, deadline + 1):
         scene.step = step
-        if detector.update({}, 0.0):
+        if detector.update({}, 0.0, np.zeros(8)):
             return step
     return None
 

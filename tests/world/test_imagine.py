@@ -10,6 +10,7 @@ from robocoach_skills.action_contract import native_dim, pad, unpad
 from robocoach_skills.experts import ExpertConfig, ExpertLibrary
 from robocoach_skills.sim.arms import check_joint_command, get_arm
 from robocoach_skills.tasks import get_composition
+from robocoach_world import imagine as imagine_module
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.model import JudgeConfig, ProgressJudge
 from robocoach_world.judge.verdict import NEVER, Deadlines, VerdictConfig
@@ -79,9 +80,10 @@ def test_a_judge_that_never_confirms_fails_every_trial_at_its_first_deadline(mod
         assert trial.trace.shape == (DEADLINE,) and np.all(trial.trace < 0.01)
 
 
-def _gripper_pinned(world: CoachWorld, reading: float, monkeypatch) -> None:
-    """The world imagines what it would, except that the gripper always reads `reading`."""
-    imagine = world.imagine
+def _gripper_pinned(world: CoachWorld, reading: float, command: float, monkeypatch) -> None:
+    """The world imagines what it would, except that the gripper always reads `reading`, and every
+    expert commands the gripper to `command`."""
+    imagine, applied = world.imagine, imagine_module._applied
 
     def pinned(*args, **kwargs):
         state, frames, proprio = imagine(*args, **kwargs)
@@ -89,15 +91,27 @@ def _gripper_pinned(world: CoachWorld, reading: float, monkeypatch) -> None:
         proprio[..., -1] = reading
         return state, frames, proprio
 
+    def commanding(*args, **kwargs):
+        actions = applied(*args, **kwargs).clone()
+        actions[:, -1] = command
+        return actions
+
     monkeypatch.setattr(world, "imagine", pinned)
+    monkeypatch.setattr(imagine_module, "_applied", commanding)
 
 
-@pytest.mark.parametrize("gripper", [0.45, 0.0])
+@pytest.mark.parametrize(
+    ("gripper", "command", "holds"),
+    [(0.45, 0.0, True), (0.0, 0.0, False), (0.45, 0.45, False)],
+    ids=["closed_on_a_cube", "closed_on_nothing", "open_as_commanded"],
+)
 def test_a_judge_that_always_confirms_switches_every_consecutive_steps_where_the_fingers_hold(
-    models, gripper, monkeypatch
+    models, gripper, command, holds, monkeypatch
 ):
+    """A Franka holding a cube reads 0.45 commanded closed; closed on nothing it reads 0; fingers that
+    read what they were commanded (pre-shaped, or opening after a miss) hold nothing either."""
     world, judge, library = models
-    _gripper_pinned(world, gripper, monkeypatch)  # 0.45: a Franka holding a cube; 0: closed on nothing
+    _gripper_pinned(world, gripper, command, monkeypatch)
     composition = get_composition("franka", "pick_place_bin")
     images, proprio = _initial("franka", 2)
     rule = VerdictConfig(threshold=0.9, consecutive=2)
@@ -109,11 +123,11 @@ def test_a_judge_that_always_confirms_switches_every_consecutive_steps_where_the
     for trial in trials:
         assert trial.record.valid
         for seed in trial.seeds:
-            if gripper:  # judged from the first frame after an action on, as the router does: 2 steps each
+            if holds:  # judged from the first frame after an action on, as the router does: 2 steps each
                 assert seed.switch_times == pytest.approx([2 / FPS, 4 / FPS]) and seed.steps == 4
             else:  # the frames say done, the imagined gripper says empty: the pick runs to its deadline
                 assert seed.switch_times == [NEVER, NEVER] and seed.steps == DEADLINE
-        assert trial.record.success == bool(gripper)
+        assert trial.record.success == holds
 
 
 @pytest.mark.parametrize("robot", ["franka", "piper"])

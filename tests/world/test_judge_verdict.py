@@ -118,6 +118,12 @@ def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something():
     skills = ["pick", "pick", "pick", "press_button"]
     assert config.may_finish(skills, np.array([0.0, 0.45, 0.9, 0.0])).tolist() == [False, True, False, True]
     assert config.may_finish(skills, None).tolist() == [True] * 4  # bare frames: nothing to check
+    # ... and only while the fingers read wider than commanded (something keeps them open): fingers
+    # that read what they were told, pre-shaped or opening again after a miss, hold nothing
+    reading, command = np.array([0.45, 0.45, 0.3, 0.45]), np.array([0.0, 0.45, 1.0, 1.0])
+    assert config.may_finish(skills, reading, command).tolist() == [True, False, False, True]
+    with pytest.raises(ValueError, match="held_open"):
+        VerdictConfig(held_open=-0.1)
     # the rule that deadlines keep as JSON comes back the same
     assert VerdictConfig(**json.loads(json.dumps(asdict(config)))) == config
     with pytest.raises(ValueError, match="holding"):
@@ -136,6 +142,16 @@ def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something():
     assert missed.completed == [False, False] and missed.first_failed == 0
     unchecked = judge_episode(PixelJudge(), VideoClip(frames_for(trace), PICK_PLACE, FPS), loose)
     assert unchecked.switch_times[0] == pytest.approx(0.2)  # frames alone: done at the 2nd step above
+    # with the commands that led to each frame: closed on the cube, as before; told to open after the
+    # miss at frame 2, the fingers reading 0.45 are opening, not holding
+    closing = np.zeros((7, 8), dtype=np.float32)
+    frames = frames_for(trace)
+    closed = judge_episode(PixelJudge(), VideoClip(frames, PICK_PLACE, FPS, proprio, closing), loose)
+    assert closed.switch_times[0] == pytest.approx(0.4)
+    opening = closing.copy()
+    opening[2:, -1] = 1.0
+    reopened = judge_episode(PixelJudge(), VideoClip(frames, PICK_PLACE, FPS, proprio, opening), loose)
+    assert reopened.completed == [False, False] and reopened.first_failed == 0
 
 
 def test_whole_video_is_segmented_by_the_judges_own_detections():

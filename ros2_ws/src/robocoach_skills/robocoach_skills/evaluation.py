@@ -79,7 +79,7 @@ class HeldTruthDetector(CompletionDetector):
     def reset(self, subtask: Subtask) -> None:
         self._deadline, self._steps, self._held = self.config.deadline(subtask.skill), 0, -1
 
-    def update(self, obs: dict, done_prob: float) -> bool:
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
         self._steps += 1
         if self._held >= 0:
             self._held += 1

@@ -60,7 +60,8 @@ class CompletionDetector(ABC):
     def reset(self, subtask: Subtask) -> None: ...
 
     @abstractmethod
-    def update(self, obs: dict, done_prob: float) -> bool: ...
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
+        """After `action` (the expert's, gripper last) led to `obs`: is the subtask complete?"""
 
 
 # name -> factory(config, **detector_args); detectors needing more than the config (a loaded judge)
@@ -86,7 +87,7 @@ class DoneHeadDetector(CompletionDetector):
     def reset(self, subtask: Subtask) -> None:
         self._streak = 0
 
-    def update(self, obs: dict, done_prob: float) -> bool:
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
         self._streak = self._streak + 1 if done_prob >= self.threshold else 0
         return self._streak >= self.patience
 
@@ -179,7 +180,7 @@ class Router:
                 obs = env.step(action)
                 steps += 1
                 monitor.on_step(index, obs, done_prob)
-                if self.detector.update(obs, done_prob):
+                if self.detector.update(obs, done_prob, action):
                     confirmed = True
                     break
             monitor.on_subtask_end(index, confirmed)

@@ -196,7 +196,8 @@ def imagine_composition(
         progress = online.update(images, proprio, live)  # as the router's detector: after each action only
         active_skills = [skills[i] for i in np.minimum(rows.index, rows.n_subtasks - 1)]
         gripper = proprio[:, -1].float().cpu().numpy()  # CoachWorld's predicted reading: the grasp check
-        done = rule.update(online.done, active_skills, gripper) & running
+        command = actions[:, -1].float().cpu().numpy()  # ... against what the expert commanded
+        done = rule.update(online.done, active_skills, gripper, command) & running
         rows.steps[running] += 1
         active = np.nonzero(running)[0]
         rows.progress[active, rows.index[active]] = progress[active]

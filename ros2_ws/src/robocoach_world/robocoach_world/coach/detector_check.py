@@ -89,11 +89,11 @@ class ShadowDetectors(CompletionDetector):
         if self.index == self.checked:
             self.fired = dict.fromkeys(self.shadows, -1)
 
-    def update(self, obs: dict, done_prob: float) -> bool:
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
         if self.index != self.checked:
-            return self.switching.update(obs, done_prob)
+            return self.switching.update(obs, done_prob, action)
         for name, detector in self.shadows.items():
-            if detector.update(obs, done_prob) and self.fired[name] < 0:
+            if detector.update(obs, done_prob, action) and self.fired[name] < 0:
                 self.fired[name] = self.step
         self.step += 1
         return False

@@ -45,12 +45,13 @@ class JudgeDetector(CompletionDetector):
         self.rule.reset_rows([0])
         self.progress = 0.0
 
-    def update(self, obs: dict, done_prob: float) -> bool:
+    def update(self, obs: dict, done_prob: float, action: np.ndarray) -> bool:
         proprio = obs.get(OBS_PROPRIO)  # camera-only observations: only a frames-only judge reads them
         hand = None if proprio is None else pad(self.robot, np.asarray(proprio, dtype=np.float32)[None])
         self.progress = float(self.online.update(obs[OBS_IMAGE][None], hand)[0])
         gripper = None if proprio is None else proprio[-1:]
-        return bool(self.rule.update(self.online.done, [self.skill], gripper)[0])
+        command = np.asarray(action, dtype=np.float32)[-1:]
+        return bool(self.rule.update(self.online.done, [self.skill], gripper, command)[0])
 
 
 def judge_detector_args(

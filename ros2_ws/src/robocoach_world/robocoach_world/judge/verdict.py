@@ -2,9 +2,11 @@
 
 One rule everywhere (imagination, the robot's router, judging recorded video): a subtask counts as
 done once the judge's done score stays at or above `threshold` for `consecutive` steps; the next
-subtask's history starts at the following frame. A grasp (`grasp_skills`) also needs the gripper's
-own reading to say the fingers hold something for those steps: frames, imagined ones above all, can
-show a cube in hand that the fingers closed past (docs/benchmarks.md, session 28). A subtask not done
+subtask's history starts at the following frame. A grasp (`grasp_skills`) also needs the gripper to
+say the fingers hold something for those steps: its reading in the range of a held cube and wider than
+commanded, since something keeps them open. Frames, imagined ones above all, can show a cube in hand
+that the fingers closed past (docs/benchmarks.md, session 28), and a reading alone passes through that
+range as fingers that closed on nothing open again (session 40). A subtask not done
 within its deadline (policy steps since it started) fails, and the first such subtask names the
 failing (subtask, expert) pair.
 Deadlines are calibrated once, on held-out successful demos, from the judge's own completion times,
@@ -55,6 +57,11 @@ class VerdictConfig:
     # gripper readings (proprio's last channel: 0 closed .. 1 open) of fingers holding a cube: the
     # 4 cm cubes read 0.45 on Franka and 0.53 on PiPER, closed on nothing 0, open 0.8-1
     holding: tuple[float, float] = (0.2, 0.7)
+    # ... and at least this much wider than the gripper was commanded to be: closed on a cube, a pick
+    # reads 0.45 (Franka) commanded 0; open or opening, a reading is at or below its command. Coached pick
+    # experts that missed, then opened to try again, were confirmed on the way in 16 of 20 wrong
+    # confirmations of 28 deployed picks without this (docs/bootstrap.md, session 40).
+    held_open: float = 0.1
     # skill -> its own threshold, where calibration found a better one than `threshold` (a pick judged
     # from the hand alone plateaus near 0.65 once done: JudgeConfig.hand_skills, session 35)
     skill_thresholds: dict[str, float] = field(default_factory=dict)
@@ -68,6 +75,8 @@ class VerdictConfig:
         low, high = self.holding
         if not 0 <= low < high <= 1:
             raise ValueError(f"VerdictConfig.holding must be 0 <= low < high <= 1, got {self.holding}")
+        if not 0 <= self.held_open < 1:
+            raise ValueError(f"VerdictConfig.held_open must be in [0, 1), got {self.held_open}")
         # JSON (Deadlines.rule) gives lists back
         object.__setattr__(self, "grasp_skills", tuple(self.grasp_skills))
         object.__setattr__(self, "holding", (float(low), float(high)))
@@ -76,14 +85,20 @@ class VerdictConfig:
         """(B,) the done threshold of each row's skill."""
         return np.array([self.skill_thresholds.get(skill, self.threshold) for skill in skills])
 
-    def may_finish(self, skills: Sequence[str], gripper: np.ndarray | None) -> np.ndarray:
-        """(B,) bool: may each row's subtask count as done now, given its skill and its gripper
-        reading (B,)? Rows of other skills always may; None (no reading, e.g. bare frames) skips the check."""
+    def may_finish(
+        self, skills: Sequence[str], gripper: np.ndarray | None, command: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(B,) bool: may each row's subtask count as done now, given its skill, its gripper reading
+        (B,) and the gripper command (B,) that led to it? Rows of other skills always may; None (no
+        reading, e.g. bare frames; no command) skips that check."""
         if gripper is None:
             return np.ones(len(skills), dtype=bool)
         grasp = np.array([skill in self.grasp_skills for skill in skills], dtype=bool)
         gripper = np.asarray(gripper, dtype=np.float32)
-        return ~grasp | ((gripper >= self.holding[0]) & (gripper <= self.holding[1]))
+        holding = (gripper >= self.holding[0]) & (gripper <= self.holding[1])
+        if command is not None:
+            holding &= gripper - np.asarray(command, dtype=np.float32) >= self.held_open
+        return ~grasp | holding
 
 
 class DoneRule:
@@ -97,16 +112,20 @@ class DoneRule:
         self.streak[list(rows)] = 0
 
     def update(
-        self, progress: np.ndarray, skills: Sequence[str] | None = None, gripper: np.ndarray | None = None
+        self,
+        progress: np.ndarray,
+        skills: Sequence[str] | None = None,
+        gripper: np.ndarray | None = None,
+        command: np.ndarray | None = None,
     ) -> np.ndarray:
-        """(B,) done scores -> (B,) bool: done now. With each row's active skill and gripper reading
-        (B,), each skill has its threshold and grasps also need the fingers to hold something
-        (`VerdictConfig.may_finish`); without skills every row has the global threshold."""
+        """(B,) done scores -> (B,) bool: done now. With each row's active skill, gripper reading and
+        gripper command (B,), each skill has its threshold and grasps also need the fingers to hold
+        something (`VerdictConfig.may_finish`); without skills every row has the global threshold."""
         if skills is None:
             above = np.asarray(progress) >= self.config.threshold
         else:
             above = np.asarray(progress) >= self.config.thresholds(skills)
-            above &= self.config.may_finish(skills, gripper)
+            above &= self.config.may_finish(skills, gripper, command)
         self.streak = np.where(above, self.streak + 1, 0)
         return self.streak >= self.config.consecutive
 
@@ -227,7 +246,8 @@ class Deadlines:
 class Video(Protocol):
     """What judging needs from an episode (a recorded Episode, or an imagined rollout). Where it also
     has `proprio` (T, native_dim), as recorded episodes do, the judge reads the hand from it and grasps
-    are checked against its gripper; a judge with JudgeConfig.hand needs it."""
+    are checked against its gripper (and against the gripper commands in `actions`, where it has
+    them); a judge with JudgeConfig.hand needs it."""
 
     images: np.ndarray  # (T, H, W, 3) uint8
     composition: Composition
@@ -242,6 +262,7 @@ class VideoClip:
     composition: Composition
     fps: float
     proprio: np.ndarray | None = None  # (T, native_dim); None: only a frames-only judge can judge it
+    actions: np.ndarray | None = None  # (T, native_dim) applied after each frame; grasps are checked on them
 
 
 @dataclass
@@ -273,7 +294,7 @@ def judge_episode(
     comp, n_frames = episode.composition, len(episode.images)
     n = len(comp.subtasks)
     online, rule = BatchedJudge(judge, rows=1), DoneRule(config, rows=1)
-    proprio = padded_proprio(episode)
+    proprio, commands = padded_proprio(episode), gripper_commands(episode)
     trace = np.zeros(n_frames, dtype=np.float32)
     active = np.zeros(n_frames, dtype=np.int16)
     progress, completed, switch = [0.0] * n, [False] * n, [NEVER] * n
@@ -290,7 +311,8 @@ def judge_episode(
         if failed:
             continue
         gripper = None if proprio is None else proprio[t : t + 1, -1]
-        if rule.update(online.done, [comp.subtasks[index].skill], gripper)[0]:
+        command = None if commands is None else commands[t : t + 1]
+        if rule.update(online.done, [comp.subtasks[index].skill], gripper, command)[0]:
             completed[index], switch[index] = True, t / episode.fps
             index, start = index + 1, t + 1
             rule.reset_rows([0])
@@ -306,6 +328,16 @@ def padded_proprio(video: Video) -> np.ndarray | None:
     """(T, 8) float32 padded proprio of a video (`action_contract.pad`), None where it has none."""
     proprio = getattr(video, "proprio", None)
     return None if proprio is None else pad(video.composition.robot, np.asarray(proprio, dtype=np.float32))
+
+
+def gripper_commands(video: Video) -> np.ndarray | None:
+    """(T,) the gripper command that led to each frame (NaN for the first, which no action led to),
+    None where the video has no actions. Action t is applied after frame t is observed."""
+    actions = getattr(video, "actions", None)
+    if actions is None:
+        return None
+    gripper = np.asarray(actions, dtype=np.float32)[:, -1]
+    return np.concatenate([[np.nan], gripper[:-1]]).astype(np.float32)
 
 
 def calibrate_deadlines(
