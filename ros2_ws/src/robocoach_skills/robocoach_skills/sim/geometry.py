@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+HAND_MARGIN = 0.02  # an obstacle's footprint counts this far around it for a moving hand [m]
+HAND_CLEARANCE = 0.025  # a hand passing over an obstacle keeps this much above its top [m]
+
 
 @dataclass(frozen=True)
 class Obstacle:
@@ -54,8 +57,8 @@ def transit_height(
     start: np.ndarray,
     end: np.ndarray,
     below_tcp: float,
-    margin: float = 0.02,
-    clearance: float = 0.025,
+    margin: float = HAND_MARGIN,
+    clearance: float = HAND_CLEARANCE,
     samples: int = 25,
 ) -> float | None:
     """Lowest TCP height at which a straight move start -> end clears every obstacle it crosses,
@@ -76,7 +79,11 @@ def transit_height(
 
 
 def escape_height(
-    state: dict, pos: np.ndarray, below_tcp: float, margin: float = 0.02, clearance: float = 0.025
+    state: dict,
+    pos: np.ndarray,
+    below_tcp: float,
+    margin: float = HAND_MARGIN,
+    clearance: float = HAND_CLEARANCE,
 ) -> float | None:
     """Lowest TCP height at which a hand at `pos` is clear of every obstacle under it, or None if it
     already is. A subtask that starts where the last one completed finds the hand in the bin, on a
