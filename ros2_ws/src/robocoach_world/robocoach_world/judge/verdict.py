@@ -60,7 +60,7 @@ class VerdictConfig:
     # ... and at least this much wider than the gripper was commanded to be: closed on a cube, a pick
     # reads 0.45 (Franka) commanded 0; open or opening, a reading is at or below its command. Coached pick
     # experts that missed, then opened to try again, were confirmed on the way in 16 of 20 wrong
-    # confirmations of 28 deployed picks without this (docs/bootstrap.md, session 40).
+    # confirmations of 28 deployed picks without this (docs/results.md, session 40).
     held_open: float = 0.1
     # skill -> its own threshold, where calibration found a better one than `threshold` (a pick judged
     # from the hand alone plateaus near 0.65 once done: JudgeConfig.hand_skills, session 35)
