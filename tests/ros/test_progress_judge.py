@@ -42,7 +42,7 @@ def judge_dir(tmp_path_factory):
         JudgeConfig(image_size=SIZE, channels=(8, 8), feature_dim=8, embed_dim=2, hidden_dim=8)
     )
     save_judge(root, judge, RULE, {"val_mae": 0.5})
-    Deadlines({"piper": {"press_button": 8}}).save(root / DEADLINES_FILE)
+    Deadlines({"piper": {"press_button": 8, "pick": 8}}).save(root / DEADLINES_FILE)
     return root
 
 
@@ -62,16 +62,22 @@ def _proprio(n: int = FRAMES, robot: str = TASK.robot) -> np.ndarray:
     return np.random.default_rng(1).uniform(-1, 1, (n, native_dim(robot))).astype(np.float32)
 
 
+def _joint_states(rows: np.ndarray) -> list[JointState]:
+    return [JointState(position=row.tolist()) for row in rows]
+
+
 def _request(
-    frames: np.ndarray, composition_msg=None, period: float = PERIOD, proprio: np.ndarray | None = None
+    frames: np.ndarray,
+    composition_msg=None,
+    period: float = PERIOD,
+    proprio: np.ndarray | None = None,
+    actions: np.ndarray | None = None,
 ) -> JudgeRollout.Request:
     return JudgeRollout.Request(
         composition=composition_msg or composition_to_msg(TASK),
         frames=[image_to_msg(f) for f in frames],
-        proprio=[
-            JointState(position=row.tolist())
-            for row in (_proprio(len(frames)) if proprio is None else proprio)
-        ],
+        proprio=_joint_states(_proprio(len(frames)) if proprio is None else proprio),
+        actions=[] if actions is None else _joint_states(actions),
         frame_period=period,
     )
 
@@ -96,6 +102,30 @@ def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
     assert response.trace[0].elapsed == 0.0 and not response.trace[0].completed
 
 
+PICK = Composition("pick_red", "piper", (Subtask("pick", "red_cube"),))
+HELD = 0.45  # a gripper reading in VerdictConfig.holding: what fingers on a cube read
+
+
+@pytest.mark.parametrize(("command", "done"), [(None, True), (0.0, True), (HELD, False)])
+def test_grasps_are_checked_against_the_sent_commands(ros_probe, node, judge_dir, command, done):
+    """Fingers reading "holding" count as a grasp only where they read wider than commanded, as in
+    `judge_episode` with the same actions; without actions the reading alone decides."""
+    frames, proprio = _frames(), _proprio(robot=PICK.robot)
+    proprio[:, -1] = HELD
+    actions = None
+    if command is not None:
+        actions = proprio.copy()
+        actions[:, -1] = command
+    request = _request(frames, composition_to_msg(PICK), proprio=proprio, actions=actions)
+    response = call_service(ros_probe, JudgeRollout, SERVICE_JUDGE_ROLLOUT, request)
+    assert response.ok, response.message
+    judge, rule, _ = load_judge(judge_dir)
+    clip = VideoClip(frames, PICK, 1 / PERIOD, proprio, actions)
+    expected = judge_episode(judge, clip, Deadlines.load(judge_dir / DEADLINES_FILE), rule)
+    assert list(response.verdict.completed) == expected.completed == [done]
+    np.testing.assert_allclose(response.verdict.switch_times, expected.switch_times, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -106,6 +136,8 @@ def test_verdict_matches_the_library_call(ros_probe, node, judge_dir):
         ({"proprio": _proprio(FRAMES - 1)}, "joint states for"),
         ({"proprio": _proprio(robot="franka")}, "must hold 7 finite positions"),
         ({"proprio": np.full((FRAMES, native_dim(TASK.robot)), np.nan, dtype=np.float32)}, "NaN"),
+        ({"actions": _proprio(FRAMES - 1)}, "actions for"),
+        ({"actions": np.full((FRAMES, native_dim(TASK.robot)), np.inf, dtype=np.float32)}, "infinite"),
         (
             {"composition_msg": TaskComposition(name="x", robot="ur5", subtasks=[])},
             "unknown robot",
@@ -133,6 +165,7 @@ def test_malformed_requests_are_refused_with_a_reason(ros_probe, node, change, m
         change.get("composition_msg"),
         change.get("period", PERIOD),
         change.get("proprio"),
+        change.get("actions"),
     )
     response = call_service(ros_probe, JudgeRollout, SERVICE_JUDGE_ROLLOUT, request)
     assert not response.ok and message in response.message

@@ -1,11 +1,11 @@
-"""`progress_judge` node: judges a rollout's camera frames and proprio on request (`JudgeRollout`).
+"""`progress_judge` node: judges a rollout's camera frames, proprio and actions on request (`JudgeRollout`).
 
 The request's frames, proprio and composition become numpy and a Composition (robocoach_skills
 conversions), `judge_episode` segments and judges them with the checkpoint's done rule and the frozen
 deadlines, and the reply carries the verdict and a per-frame trace. A malformed request (unknown robot
 or skill, an image that is not rgb8/bgr8 or not the judge's size, no frames, proprio that is missing,
-not one row of the arm's joints + gripper per frame or not finite, a non-positive frame period) is
-answered with ok=false and the reason; the node keeps serving.
+not one row of the arm's joints + gripper per frame or not finite, actions likewise where sent, a
+non-positive frame period) is answered with ok=false and the reason; the node keeps serving.
 """
 
 from __future__ import annotations
@@ -79,7 +79,13 @@ class ProgressJudgeNode(Node):
             raise ValueError(
                 f"frames are {images.shape[1:3]}, the judge reads {self.image_size}x{self.image_size}"
             )
-        return VideoClip(images, composition, 1.0 / request.frame_period, self._proprio(request, composition))
+        return VideoClip(
+            images,
+            composition,
+            1.0 / request.frame_period,
+            self._proprio(request, composition),
+            self._actions(request, composition),
+        )
 
     def _proprio(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
         """(T, joints + 1) proprio of the request's frames; None where none was sent."""
@@ -90,6 +96,14 @@ class ProgressJudgeNode(Node):
         if len(request.proprio) != len(request.frames):
             raise ValueError(f"{len(request.proprio)} joint states for {len(request.frames)} frames")
         return joint_states_to_proprio(request.proprio, composition.robot)
+
+    def _actions(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
+        """(T, joints + 1) commands applied after the request's frames; None where none were sent."""
+        if not request.actions:
+            return None
+        if len(request.actions) != len(request.frames):
+            raise ValueError(f"{len(request.actions)} actions for {len(request.frames)} frames")
+        return joint_states_to_proprio(request.actions, composition.robot)
 
     def _on_judge(
         self, request: JudgeRollout.Request, response: JudgeRollout.Response
