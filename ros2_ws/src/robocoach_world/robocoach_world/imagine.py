@@ -195,8 +195,8 @@ def imagine_composition(
         kept.add(images, running)
         progress = online.update(images, proprio, live)  # as the router's detector: after each action only
         active_skills = [skills[i] for i in np.minimum(rows.index, rows.n_subtasks - 1)]
-        gripper = proprio[:, -1].float().cpu().numpy()  # CoachWorld's predicted reading: the grasp check
-        command = actions[:, -1].float().cpu().numpy()  # ... against what the expert commanded
+        # CoachWorld's predicted reading and the expert's command, for the grasp check: one copy (a GPU sync)
+        gripper, command = torch.stack([proprio[:, -1].float(), actions[:, -1].float()]).cpu().numpy()
         done = rule.update(online.done, active_skills, gripper, command) & running
         rows.steps[running] += 1
         active = np.nonzero(running)[0]
