@@ -223,6 +223,14 @@ def test_a_step_moves_only_the_running_rows(models):
     assert torch.equal(new_proprio[1], proprio[1])
     assert not torch.equal(after.h[0], state.h[0]) and not torch.equal(new_proprio[2], proprio[2])
     assert after.skip_terms is state.skip_terms and new_images.shape == images.shape
+    # The first step of all rows draws each rollout's grasp outcome; a step of some rows keeps every draw.
+    drawn, _, _ = _step_world(
+        world, state, actions, ids, torch.Generator().manual_seed(0), None, None, images, proprio
+    )
+    later, _, _ = _step_world(
+        world, drawn, actions, ids, torch.Generator().manual_seed(1), None, np.array([1]), images, proprio
+    )
+    assert drawn.grasp_draw is not None and torch.equal(later.grasp_draw, drawn.grasp_draw)
 
 
 def test_each_row_s_first_frame_is_looked_at_once_per_subtask():

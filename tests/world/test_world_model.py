@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from robocoach_skills.action_contract import ACTION_DIM
 from robocoach_world.world.arm_sketch import SKETCH_CHANNELS
-from robocoach_world.world.model import CoachWorld, LossConfig, WorldConfig, WorldState
+from robocoach_world.world.model import (
+    CoachWorld,
+    GripperModes,
+    LossConfig,
+    WorldConfig,
+    WorldState,
+    gripper_error,
+)
 
 SIZE = 32
 TINY = WorldConfig(image_size=SIZE, channels=(8, 16), embed_dim=32, hidden_dim=32, latent_dim=4, robot_dim=4)
@@ -188,3 +198,54 @@ def test_the_gripper_reading_is_weighed_apart_from_the_joints(model):
     _, moved = loss(held, gripper_weight=0.5)
     assert moved["joint_mse"] == pytest.approx(parts["joint_mse"], rel=1e-4)
     assert moved["gripper_mse"] != pytest.approx(parts["gripper_mse"], rel=1e-2)
+
+
+def test_a_rollout_s_draw_picks_its_gripper_mode_and_keeps_it(model):
+    """The reading is the blocked mode where the row's draw is below p_blocked, else the free one; the
+    joints do not depend on it, and the draw made at the first call stays with the rollout."""
+    state = model.observe(*_history(1), IDS)
+    actions = _actions(3)
+    rows = torch.ones(len(IDS))
+
+    def imagine(draw: torch.Tensor | None, seed: int = 0):
+        return model.imagine(
+            replace(state, grasp_draw=draw), actions, IDS, torch.Generator().manual_seed(seed)
+        )
+
+    _, _, blocked = imagine(0 * rows)  # 0 < any p_blocked
+    _, _, free = imagine(rows)  # 1 > any p_blocked
+    torch.testing.assert_close(blocked[..., :-1], free[..., :-1])
+    assert not torch.allclose(blocked[..., -1], free[..., -1])
+    after, _, _ = imagine(None, seed=0)
+    again, _, _ = model.imagine(after, actions, IDS, torch.Generator().manual_seed(9))
+    other, _, _ = imagine(None, seed=1)
+    assert after.grasp_draw.shape == (len(IDS),) and torch.equal(again.grasp_draw, after.grasp_draw)
+    assert not torch.equal(other.grasp_draw, after.grasp_draw)
+    assert torch.equal(after.select(torch.tensor([3, 0])).grasp_draw, after.grasp_draw[[3, 0]])
+
+
+def test_gripper_error_against_hand_computed_values():
+    """2 std^2 x the mixture's negative log-likelihood: squared error when one mode is sure; a 50/50
+    mixture with the right reading in one mode costs 2 std^2 ln 2."""
+    loss = LossConfig(gripper_std=0.05)
+    target = torch.tensor([[[0.0] * 7 + [0.45]]])  # (1, 1, 8)
+
+    def error(p: float, blocked: float, free: float) -> float:
+        modes = GripperModes(torch.tensor([[p]]), torch.tensor([[blocked]]), torch.tensor([[free]]))
+        return gripper_error(target, modes, target, loss).item()
+
+    assert error(0.0, 0.9, 0.15) == pytest.approx(0.3**2, abs=1e-6)  # free mode only, 0.3 off
+    assert error(1.0, 0.45, 0.0) == pytest.approx(0.0, abs=1e-6)  # blocked mode only, right
+    assert error(0.5, 0.45, 0.0) == pytest.approx(2 * 0.05**2 * np.log(2), rel=1e-4)
+    plain = torch.tensor([[[0.0] * 7 + [0.25]]])
+    assert gripper_error(plain, None, target, loss).item() == pytest.approx(0.2**2)
+
+
+def test_checkpoints_without_gripper_modes_build_the_regressed_reading():
+    values = asdict(TINY)
+    del values["gripper_modes"]
+    config = WorldConfig.from_dict(values)
+    assert not config.gripper_modes and CoachWorld(config).grasp is None
+    old = CoachWorld(config).eval()
+    state, _, _ = old.imagine(old.observe(*_history(1), IDS), _actions(1), IDS)
+    assert state.grasp_draw is None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -301,7 +301,7 @@ def _step_world(
     )
     h, images, proprio = state.h.clone(), images.clone(), proprio.clone()
     h[index], images[index], proprio[index] = stepped.h, frames[:, 0], proprio_k[:, 0]
-    return WorldState(h, state.context, state.skip_terms, state.robot_ids), images, proprio
+    return replace(state, h=h), images, proprio  # grasp draws stay as the first call made them
 
 
 class _Memory:

@@ -10,6 +10,9 @@ Structure (SVG-LP / RSSM-like, small enough for a CPU, wider by `WorldConfig` on
                   z_k ~ prior(h_k, a_k)              learned Gaussian prior over a latent noise variable
                   h_{k+1} = GRUCell([z_k, a_k], h_k)  the deterministic path never sees a real future frame
                   proprio_{k+1} = a_k + delta(h_{k+1}) on the arm's channels (servos track their targets)
+                  gripper_{k+1}: with `gripper_modes`, one of two readings, "free" (the command + delta, as
+                                the joints) or "blocked" (something between the fingers holds them at a
+                                predicted width), chosen where the row's draw u < p_blocked(h_{k+1})
                   frame_{k+1} = decoder(h_{k+1}, skips, sketch(proprio_{k+1})), composited over the last
                                 real frame by a predicted mask (the scene stays put unless something
                                 moves it); the sketch draws where the arm is (`arm_sketch.py`)
@@ -17,7 +20,12 @@ Structure (SVG-LP / RSSM-like, small enough for a CPU, wider by `WorldConfig` on
               of sequences from the prior, so the free-running path is trained as it is used.
 
 Different `torch.Generator` seeds draw different z sequences, hence different plausible futures; the
-same seed reproduces a rollout exactly. `imagine` keeps no autograd graph.
+same seed reproduces a rollout exactly. The gripper reading has two modes because a hand closing at a
+cube may close on it (reads the cube's width) or beside it (reads 0): one regressed reading averaged
+them into a "holding" 0.3 that the grasp check passed where the robot's fingers closed on nothing
+(session 41). Each rollout draws one u ~ U(0, 1) at its
+first `imagine` call and keeps it, so its grasp outcome is a consistent sample, not per-step flicker.
+`imagine` keeps no autograd graph.
 
     model = CoachWorld(WorldConfig())
     state = model.observe(images, proprio, robot_ids)               # (B, Th, 64, 64, 3) uint8, (B, Th, 8)
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from itertools import pairwise
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -39,6 +48,7 @@ from robocoach_world.world.arm_sketch import SKETCH_CHANNELS, ArmSketch
 
 GROUPS = 4  # GroupNorm groups in every conv stage
 MASK_BIAS = -3.0  # initial logit of the generated-pixel mask: start close to copying the context frame
+LEGACY_VALUES = {"gripper_modes": False}  # WorldConfig fields checkpoints written before them lack
 
 
 @dataclass
@@ -55,6 +65,7 @@ class WorldConfig:
     arm_sketch: bool = True  # condition the decoder on where the arm is, then and in the context frame
     sketch_link_width: float = 0.025  # std of the sketch's link ridges, as a fraction of the image edge
     sketch_hand_width: float = 0.03  # std of the sketch's hand blob, as a fraction of the image edge
+    gripper_modes: bool = True  # the gripper reading as a free / blocked mixture (module docstring)
 
     def __post_init__(self) -> None:
         self.channels = tuple(self.channels)
@@ -74,7 +85,9 @@ class WorldConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> WorldConfig:
-        """Inverse of `dataclasses.asdict`; unknown or missing keys raise ValueError."""
+        """Inverse of `dataclasses.asdict`; unknown or missing keys raise ValueError (keys added since a
+        checkpoint was written take the value its model was built with, `LEGACY_VALUES`)."""
+        values = {**{k: v for k, v in LEGACY_VALUES.items() if k not in values}, **values}
         names = {f.name for f in fields(cls)}
         if set(values) != names:
             raise ValueError(
@@ -95,6 +108,9 @@ class LossConfig:
     # with the joints, CoachWorld let a held grasp's reading decay towards the command (0.45 -> 0.1-0.3
     # over a replayed pick), so the grasp check failed every imagined pick (session 34).
     gripper_weight: float = 0.1
+    # With `gripper_modes`: each mode's reading error [units of opening] in the mixture's likelihood. The
+    # term is 2 std^2 x its negative log-likelihood, which is the squared error where one mode is sure.
+    gripper_std: float = 0.05
     prior_fraction: float = 0.25  # share of sequences rolled out on prior samples (as in imagination)
     history_noise: float = 0.05  # max std of pixel noise on history frames (drawn per sequence)
     latent_noise: float = 0.01  # std of noise added to h after every step
@@ -120,11 +136,27 @@ class WorldState:
     context: torch.Tensor  # (B, 3, S, S) float [0, 1], the last real frame (what the decoder composites over)
     skip_terms: tuple[torch.Tensor, ...]  # `Decoder.skip_terms` of that frame, one per decoder stage
     robot_ids: torch.Tensor  # (B,) long, index into constants.ROBOTS
+    grasp_draw: torch.Tensor | None = None  # (B,) u ~ U(0, 1) picking the gripper mode; None: not drawn
 
     def select(self, index: torch.Tensor) -> WorldState:
         """Rows `index` (long (N,)): to drop, reorder or repeat rollouts, e.g. one per seed."""
         terms = tuple(t[index] for t in self.skip_terms)
-        return WorldState(self.h[index], self.context[index], terms, self.robot_ids[index])
+        draw = None if self.grasp_draw is None else self.grasp_draw[index]
+        return WorldState(self.h[index], self.context[index], terms, self.robot_ids[index], draw)
+
+
+class GripperModes(NamedTuple):
+    """The gripper reading's two modes, each (B, K): where something blocks the fingers, and where not."""
+
+    p_blocked: torch.Tensor  # probability that the fingers are blocked
+    blocked: torch.Tensor  # the reading they are blocked at (0 closed .. 1 open)
+    free: torch.Tensor  # the reading of unblocked fingers: the command + a learned delta
+
+    def reading(self, draw: torch.Tensor | None) -> torch.Tensor:
+        """The mode each row's draw (B,) picks; no draw: the mixture's mean."""
+        if draw is None:
+            return self.p_blocked * self.blocked + (1 - self.p_blocked) * self.free
+        return torch.where(draw[:, None] < self.p_blocked, self.blocked, self.free)
 
 
 def _block(c_in: int, c_out: int, transpose: bool) -> nn.Sequential:
@@ -261,6 +293,8 @@ class CoachWorld(nn.Module):
         self.cell = nn.GRUCell(c.latent_dim + c.embed_dim, c.hidden_dim)
         self.decoder = Decoder(c)
         self.proprio_delta = _mlp(c.hidden_dim + c.robot_dim, ACTION_DIM, c.hidden_dim)
+        # (logit of the blocked mode, its reading before a sigmoid)
+        self.grasp = _mlp(c.hidden_dim + c.robot_dim, 2, c.hidden_dim) if c.gripper_modes else None
         masks = torch.stack([torch.from_numpy(channel_mask(r)) for r in ROBOTS]).float()
         self.register_buffer("channel_masks", masks, persistent=False)  # (n_robots, ACTION_DIM)
 
@@ -317,15 +351,23 @@ class CoachWorld(nn.Module):
         actions: torch.Tensor,
         frame_dtype: torch.dtype | None = None,
     ):
-        """hs (B, K, H) -> frames (B, K, 3, S, S) in [0, 1], proprio (B, K, 8) (residual on the targets).
+        """hs (B, K, H) -> frames (B, K, 3, S, S) in [0, 1], proprio (B, K, 8) (residual on the targets),
+        and with `gripper_modes` the gripper's `GripperModes`, else None.
 
-        frame_dtype (e.g. bfloat16) runs the frame decoder under autocast: it is most of an imagined
-        step, and frames end as 8-bit pixels anyway. Proprio and the latent path stay float32.
+        The gripper channel is the mode `state.grasp_draw` picks, or (no draw: training) the mixture's
+        mean. frame_dtype (e.g. bfloat16) runs the frame decoder under autocast: it is most of an
+        imagined step, and frames end as 8-bit pixels anyway. Proprio and the latent path stay float32.
         """
         k = hs.shape[1]
         arm = self.robot(state.robot_ids)[:, None].expand(-1, k, -1)
         mask = self.channel_masks[state.robot_ids][:, None]  # (B, 1, 8)
-        proprio = (actions + self.proprio_delta(torch.cat([hs, arm], dim=-1))) * mask
+        features = torch.cat([hs, arm], dim=-1)
+        proprio = (actions + self.proprio_delta(features)) * mask
+        modes = None
+        if self.grasp is not None:
+            logit, raw = self.grasp(features).unbind(-1)
+            modes = GripperModes(torch.sigmoid(logit), torch.sigmoid(raw), proprio[..., -1])
+            proprio = torch.cat([proprio[..., :-1], modes.reading(state.grasp_draw)[..., None]], dim=-1)
         sketches = self._sketch(proprio, state.robot_ids)  # where the predicted arm is, frame by frame
         sketch_at = [None if sketches is None else sketches[:, j] for j in range(k)]
         # Step by step: the skip terms are shared, and copying them K times costs more than the convolutions.
@@ -334,7 +376,7 @@ class CoachWorld(nn.Module):
                 [self.decoder(hs[:, j], state.context, state.skip_terms, sketch_at[j]) for j in range(k)],
                 dim=1,
             ).float()
-        return frames, proprio
+        return frames, proprio, modes
 
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()
@@ -375,16 +417,18 @@ class CoachWorld(nn.Module):
         actions = actions.to(self.device).float()
         feats = self._actions(actions, robot_ids)
         h, hs = state.h, []
+        noise_device = generator.device if generator else h.device
+        draw = state.grasp_draw
+        if self.grasp is not None and draw is None:  # once per rollout: its grasps' outcome
+            draw = torch.rand(h.shape[0], generator=generator, device=noise_device).to(h.device)
         shape = (h.shape[0], self.config.latent_dim)
         for k in range(actions.shape[1]):
             mean, std = self._gaussian(self.prior, torch.cat([h, feats[:, k]], dim=-1))
-            noise = torch.randn(
-                shape, generator=generator, device=generator.device if generator else h.device
-            )
+            noise = torch.randn(shape, generator=generator, device=noise_device)
             h = self.cell(torch.cat([mean + std * noise.to(h.device), feats[:, k]], dim=-1), h)
             hs.append(h)
-        state = WorldState(h, state.context, state.skip_terms, robot_ids)
-        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions, frame_dtype)
+        state = WorldState(h, state.context, state.skip_terms, robot_ids, draw)
+        frames, proprio, _ = self._decode(torch.stack(hs, dim=1), state, actions, frame_dtype)
         return state, to_uint8(frames.permute(0, 1, 3, 4, 2)), proprio
 
     # ------------------------------------------------------------------ training
@@ -422,7 +466,7 @@ class CoachWorld(nn.Module):
             if loss.latent_noise > 0:
                 h = h + loss.latent_noise * torch.randn_like(h)
             hs.append(h)
-        frames, proprio = self._decode(torch.stack(hs, dim=1), state, actions)
+        frames, proprio, modes = self._decode(torch.stack(hs, dim=1), state, actions)
         weight = valid / valid.sum().clamp(min=1)
         image_mse = motion_weighted_mse(frames.permute(0, 1, 3, 4, 2), target, clean[:, -1], loss)  # (B, K)
         joints = self.channel_masks[robot_ids][:, None].clone()
@@ -431,7 +475,7 @@ class CoachWorld(nn.Module):
         joint_mse = ((error * joints) ** 2).sum(-1) / joints.sum(-1)  # (B, K)
         kl = torch.stack(kls, dim=1)  # (B, K) nats per step
         image_term, joint_term = (image_mse * weight).sum(), (joint_mse * weight).sum()
-        gripper_term = (error[..., -1] ** 2 * weight).sum()
+        gripper_term = (gripper_error(proprio, modes, batch["future_proprio"], loss) * weight).sum()
         kl_term = (kl * weight).sum()
         total = (
             image_term
@@ -480,6 +524,22 @@ def _kl(qm: torch.Tensor, qs: torch.Tensor, pm: torch.Tensor, ps: torch.Tensor) 
 def to_uint8(frames: torch.Tensor) -> torch.Tensor:
     """Float frames in [0, 1] -> uint8 [0, 255] (rounded)."""
     return (frames.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def gripper_error(
+    proprio: torch.Tensor, modes: GripperModes | None, target: torch.Tensor, loss: LossConfig
+) -> torch.Tensor:
+    """(B, K) error of the predicted gripper reading: squared, or with the two modes 2 std^2 x the
+    mixture's negative log-likelihood (without its constant), which a sure, right mode makes squared."""
+    reading = target[..., -1]
+    if modes is None:
+        return (proprio[..., -1] - reading) ** 2
+    var2 = 2 * loss.gripper_std**2
+    p = modes.p_blocked.clamp(1e-6, 1 - 1e-6)
+    free = torch.log1p(-p) - (reading - modes.free) ** 2 / var2
+    blocked = torch.log(p) - (reading - modes.blocked) ** 2 / var2
+    log_modes = torch.stack([free, blocked], dim=-1)
+    return -var2 * torch.logsumexp(log_modes, dim=-1)
 
 
 def _check_inputs(images: torch.Tensor, proprio: torch.Tensor, robot_ids: torch.Tensor, size: int) -> None:
