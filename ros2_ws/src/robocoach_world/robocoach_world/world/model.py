@@ -23,9 +23,9 @@ Different `torch.Generator` seeds draw different z sequences, hence different pl
 same seed reproduces a rollout exactly. The gripper reading has two modes because a hand closing at a
 cube may close on it (reads the cube's width) or beside it (reads 0): one regressed reading averaged
 them into a "holding" 0.3 that the grasp check passed where the robot's fingers closed on nothing
-(session 41). Each rollout draws one u ~ U(0, 1) at its
-first `imagine` call and keeps it, so its grasp outcome is a consistent sample, not per-step flicker.
-`imagine` keeps no autograd graph.
+(session 41). Each rollout draws one u ~ U(0, 1) at its first `imagine` call and keeps it: its fingers
+are blocked on the steps where p_blocked > u, so rollouts differ in their grasps (where p_blocked hovers
+near u, the reading flickers between the modes; docs/world.md). `imagine` keeps no autograd graph.
 
     model = CoachWorld(WorldConfig())
     state = model.observe(images, proprio, robot_ids)               # (B, Th, 64, 64, 3) uint8, (B, Th, 8)
