@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 from rclpy.qos import qos_profile_services_default
+from sensor_msgs.msg import JointState
 
 from robocoach_msgs.msg import JudgeVerdict, SubtaskProgress
 from robocoach_msgs.srv import JudgeRollout
@@ -44,6 +45,16 @@ def trace_msgs(verdict: Verdict, composition: Composition, fps: float) -> list[S
             )
         )
     return msgs
+
+
+def per_frame(states: list[JointState], frames: int, robot: str, what: str) -> np.ndarray | None:
+    """(T, joints + 1) rows of one JointState per frame; None where none were sent, ValueError where
+    their number is not the frames' (`what` names them in the message) or a row is malformed."""
+    if not states:
+        return None
+    if len(states) != frames:
+        raise ValueError(f"{len(states)} {what} for {frames} frames")
+    return joint_states_to_proprio(states, robot)
 
 
 class ProgressJudgeNode(Node):
@@ -89,21 +100,13 @@ class ProgressJudgeNode(Node):
 
     def _proprio(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
         """(T, joints + 1) proprio of the request's frames; None where none was sent."""
-        if not request.proprio:
-            if self.judge.config.hand:
-                raise ValueError("no proprio: this judge reads the arm's joints and gripper with each frame")
-            return None
-        if len(request.proprio) != len(request.frames):
-            raise ValueError(f"{len(request.proprio)} joint states for {len(request.frames)} frames")
-        return joint_states_to_proprio(request.proprio, composition.robot)
+        if not request.proprio and self.judge.config.hand:
+            raise ValueError("no proprio: this judge reads the arm's joints and gripper with each frame")
+        return per_frame(request.proprio, len(request.frames), composition.robot, "joint states")
 
     def _actions(self, request: JudgeRollout.Request, composition: Composition) -> np.ndarray | None:
         """(T, joints + 1) commands applied after the request's frames; None where none were sent."""
-        if not request.actions:
-            return None
-        if len(request.actions) != len(request.frames):
-            raise ValueError(f"{len(request.actions)} actions for {len(request.frames)} frames")
-        return joint_states_to_proprio(request.actions, composition.robot)
+        return per_frame(request.actions, len(request.frames), composition.robot, "actions")
 
     def _on_judge(
         self, request: JudgeRollout.Request, response: JudgeRollout.Response
