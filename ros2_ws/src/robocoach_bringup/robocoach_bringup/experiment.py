@@ -62,6 +62,8 @@ class ExperimentConfig:
     seeds: int | None = None  # seeds per (method, arm); None: the profile's
     eval_rollouts: int | None = None  # evaluation initial states per composition; None: the profile's
     allocation: str | None = None  # targeted methods' (b, c, d, g) strategy, e.g. proportional; None: top_m
+    # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain)
+    min_gain: float | None = None
     workers: int = 1  # runs in parallel processes (each runs one simulator and torch thread)
 
     def __post_init__(self) -> None:
@@ -82,6 +84,8 @@ class ExperimentConfig:
             settings = dataclasses.replace(settings, eval_rollouts=self.eval_rollouts)
         if self.allocation is not None:
             settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
+        if self.min_gain is not None:
+            settings = dataclasses.replace(settings, targeted_min_gain=self.min_gain)
         return settings
 
     def specs(self) -> list[RunSpec]:
@@ -136,6 +140,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
 def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, files: list[Path]) -> str:
     runs = experiment["runs"]
     compute = sum(r["seconds"] for r in runs)
+    gain = settings.targeted_min_gain
+    aside = "" if gain is None else f" (experts whose demos lifted imagined success < {gain:.0%} set aside)"
     return "\n".join(
         [
             f"# RoboCoach matched-budget experiment ({config.profile} profile)",
@@ -143,7 +149,7 @@ def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, f
             f"Inputs: `{config.run}`; {len(runs)} runs (method x arm x seed); budget {settings.budget} "
             f"subtask demos in rounds of {settings.demos_per_round}; {settings.eval_rollouts} evaluation "
             "initial states per composition (`evaluation_seeds`), the same for every method; "
-            f"the targeted methods allocate by `{settings.targeted_allocation}`; "
+            f"the targeted methods allocate by `{settings.targeted_allocation}`{aside}; "
             f"run compute {compute:.0f} s, this invocation {experiment['wall_s']:.0f} s.",
             "",
             "Uniform and random acquisition run no rollouts: their coach records are priors, "

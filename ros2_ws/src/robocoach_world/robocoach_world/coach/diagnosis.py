@@ -139,6 +139,10 @@ class Diagnosis:
         """Pairs demos may go to: reached often enough and with some first-timeout mass, by rank."""
         return [p for p in self.pairs if p.eligible and p.mass > 0]
 
+    def get(self, pair: Pair) -> PairDiagnosis | None:
+        """`pair`'s entry; None when no composition with trials has it."""
+        return next((p for p in self.pairs if p.pair == pair), None)
+
     def to_dict(self) -> dict:
         return {
             "config": asdict(self.config),

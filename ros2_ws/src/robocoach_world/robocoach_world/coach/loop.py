@@ -26,7 +26,7 @@ from robocoach_skills.composition import Composition
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts.model import ExpertLibrary
 from robocoach_skills.experts.registry import AdapterRegistry
-from robocoach_world.coach.allocation import AllocationConfig, allocate
+from robocoach_world.coach.allocation import AllocationConfig, Unresponsive, allocate, unresponsive_experts
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
 from robocoach_world.coach.scorecard import (
@@ -154,12 +154,25 @@ class Coach:
             )  # fmt: skip
         budget = min(self.config.demos_per_round, self.state.budget_left)
         diagnosis = self._diagnosis()
-        allocation = allocate(diagnosis, budget, self.config.allocation)
+        allocation = allocate(diagnosis, budget, self.config.allocation, self._unresponsive(diagnosis))
         log.info("round %d allocation: %s", self.state.round, allocation.note)
         shown = pick_clips(clips, self.config.scorecard, diagnosis)
         written = write_clips(shown, self.state.round_dir, self.config.scorecard)
         self.state.issue_requests(allocation, written)
         self._write_scorecard(diagnosis)  # for the operator while the demos are recorded
+
+    def _unresponsive(self, diagnosis: Diagnosis) -> tuple[Unresponsive, ...]:
+        """Experts whose demos of earlier rounds did not lift their pairs (`AllocationConfig.min_gain`),
+        judged on each closed round's records as that round diagnosed them."""
+        min_gain = self.config.allocation.min_gain
+        if min_gain is None:
+            return ()
+        rounds = []
+        for closed in self.state.history:
+            records = [TrialRecord.from_dict(r) for r in closed["records"]]
+            given = {d["pair"] for d in closed["allocation"].get("demos", []) if d["n_demos"] > 0}
+            rounds.append((diagnose(records, self.compositions, self.config.diagnosis), given))
+        return unresponsive_experts(rounds, diagnosis, min_gain)
 
     def _collect(self, requests: Sequence[RequestState]) -> None:
         adopted = self.state.adopt_stored(self.store)  # answered while the coach was down

@@ -110,6 +110,7 @@ class RunSettings:
     dense_steps: int = ImproveConfig.dense_steps  # ... then steps on the vision those left (ImproveConfig)
     min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
     targeted_allocation: str = AllocationConfig.strategy  # (b, c, d, g)'s strategy (methods.TARGETED)
+    targeted_min_gain: float | None = AllocationConfig.min_gain  # (b, d, g): AllocationConfig.min_gain
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
     end_to_end_init_steps: int = 300  # (f): steps per composition fitting its policy on bootstrap demos
     max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up
@@ -118,7 +119,8 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.budget < 1 or self.demos_per_round < 1 or self.eval_rollouts < 1:
             raise ValueError(f"budget, demos_per_round and eval_rollouts must be >= 1: {self}")
-        AllocationConfig(strategy=self.targeted_allocation)  # an unknown strategy fails here, not in round 1
+        # An unknown strategy or a bad gain fails here, not in round 1.
+        AllocationConfig(strategy=self.targeted_allocation, min_gain=self.targeted_min_gain)
 
 
 @dataclass
@@ -269,7 +271,11 @@ class _Run:
             config = replace(
                 schedule,
                 diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
-                allocation=AllocationConfig(strategy=self.method.strategy(settings.targeted_allocation)),
+                allocation=AllocationConfig(
+                    strategy=self.method.strategy(settings.targeted_allocation),
+                    # blind methods have no rollouts whose gain could be judged
+                    min_gain=None if self.method.blind else settings.targeted_min_gain,
+                ),
             )
             registry = AdapterRegistry(run_dir / "experts" / ADAPTERS_DIR)
             ports = LocalPorts(

@@ -231,6 +231,8 @@ class CoachNode(Node):
         top_sites = declare("top_sites", DiagnosisConfig.top_sites).value  # initial states per pair's demos
         strategy = declare("allocation", AllocationConfig.strategy).value  # top_m | proportional
         top_m = declare("top_m", AllocationConfig.top_m).value
+        # Set aside experts whose demos did not lift imagined success by this much; < 0: never.
+        min_gain = declare("allocation_min_gain", -1.0).value
         train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
         dense_steps = declare("dense_steps", ImproveConfig.dense_steps).value  # ... then on fixed vision
         replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
@@ -254,7 +256,9 @@ class CoachNode(Node):
             budget=budget,
             demos_per_round=demos_per_round,
             diagnosis=DiagnosisConfig(min_reach=min_reach, top_sites=top_sites),
-            allocation=AllocationConfig(strategy=strategy, top_m=top_m),
+            allocation=AllocationConfig(
+                strategy=strategy, top_m=top_m, min_gain=min_gain if min_gain >= 0 else None
+            ),
             improve=ImproveConfig(steps=train_steps, dense_steps=dense_steps, replay_ratio=replay_ratio),
             scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
         )
