@@ -12,15 +12,19 @@ from robocoach_world.coach.allocation import (
     ALLOCATORS,
     AllocationConfig,
     InitialStateRef,
+    Unresponsive,
     allocate,
     register_allocator,
+    unresponsive_experts,
 )
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, FailureSite, Pair, PairDiagnosis
 
 
-def _pair(skill: str, mass: float, reached: int = 10, seeds=(1,)) -> PairDiagnosis:
+def _pair(
+    skill: str, mass: float, reached: int = 10, seeds=(1,), failures: int = 1, target: str = "red_cube"
+) -> PairDiagnosis:
     sites = tuple(FailureSite("task", 0, k, s, failures=len(seeds) - k) for k, s in enumerate(seeds))
-    return PairDiagnosis(Pair("franka", Subtask(skill, "red_cube")), mass, reached, 1, reached >= 5, sites)
+    return PairDiagnosis(Pair("franka", Subtask(skill, target)), mass, reached, failures, reached >= 5, sites)
 
 
 def _diagnosis(*pairs: PairDiagnosis) -> Diagnosis:
@@ -96,3 +100,62 @@ def test_strategies_are_chosen_by_registered_name():
         register_allocator("top_m")(ALLOCATORS["top_m"])
     with pytest.raises(ValueError, match="budget"):
         allocate(_diagnosis(_pair("pick", 0.5)), -1)
+
+
+def test_an_expert_is_unresponsive_when_no_pair_its_last_demos_went_to_gained_enough():
+    # success when reached = 1 - failures / reached (10 reached each)
+    red, blue, place = "franka:pick(red_cube)", "franka:pick(blue_cube)", "franka:place(red_cube)"
+    round0 = _diagnosis(
+        _pair("pick", 0.4, failures=8), _pair("pick", 0.3, failures=9, target="blue_cube"),
+        _pair("place", 0.2, failures=6),
+    )  # fmt: skip
+    round1 = _diagnosis(
+        _pair("pick", 0.4, failures=7), _pair("pick", 0.1, failures=4, target="blue_cube"),
+        _pair("place", 0.2, failures=6),
+    )  # fmt: skip
+    now = _diagnosis(
+        _pair("pick", 0.4, failures=7), _pair("pick", 0.1, failures=3, target="blue_cube"),
+        _pair("place", 0.3, failures=6), _pair("push", 0.1),
+    )  # fmt: skip
+    # pick's last demos (round 1) went to red only: 30% -> 30%, while blue's gain came from round 0's demos
+    found = unresponsive_experts([(round0, {red, blue, place}), (round1, {red})], now, min_gain=0.05)
+    assert [(u.expert, u.round, [(p, round(a, 6), round(b, 6)) for p, a, b in u.gains]) for u in found] == [
+        ("pick", 1, [(red, 0.3, 0.3)]),
+        ("place", 0, [(place, 0.4, 0.4)]),
+    ]
+    assert str(found[0]) == "pick (demos in round 1: franka:pick(red_cube) 30% -> 30%)"
+    # one pair of the last demos that gained is enough: round 0's pick demos lifted blue 10% -> 70%
+    assert [u.expert for u in unresponsive_experts([(round0, {red, blue})], now, 0.05)] == []
+    assert [u.expert for u in unresponsive_experts([(round0, {red})], now, 0.15)] == ["pick"]  # 20% -> 30%
+    assert unresponsive_experts([(round0, {red})], now, 0.05) == ()
+    assert unresponsive_experts([], now, 0.05) == ()  # no demos yet: nothing to judge
+
+
+def test_pairs_not_reached_are_not_judged():
+    red = "franka:pick(red_cube)"
+    then = _diagnosis(_pair("pick", 0.0, reached=0, failures=0), _pair("place", 0.5))
+    now = _diagnosis(_pair("pick", 0.5, failures=9), _pair("place", 0.5))
+    assert unresponsive_experts([(then, {red})], now, 0.05) == ()
+    gone = _diagnosis(_pair("place", 0.5))  # pick's composition had no valid trial this round
+    assert unresponsive_experts([(now, {red})], gone, 0.05) == ()
+
+
+def test_the_pairs_of_unresponsive_experts_are_set_aside_unless_nothing_else_fails():
+    d = _diagnosis(
+        _pair("pick", 0.4), _pair("pick", 0.35, target="blue_cube"), _pair("place", 0.3), _pair("push", 0.2)
+    )
+    stalled = Unresponsive("pick", 0, (("franka:pick(red_cube)", 0.1, 0.1),))
+    a = allocate(d, 10, AllocationConfig(min_gain=0.05), [stalled])
+    assert [(x.pair.expert, x.n_demos) for x in a.demos] == [("place", 5), ("push", 5)]
+    assert a.set_aside == (str(stalled),) and a.to_dict()["set_aside"] == [str(stalled)]
+    assert "2 of 2 eligible" in a.note and "set aside, no gain after their demos: pick (" in a.note
+    only_picks = _diagnosis(_pair("pick", 0.4), _pair("place", 0.0))
+    a = allocate(only_picks, 10, AllocationConfig(min_gain=0.05), [stalled])
+    assert [(x.pair.expert, x.n_demos) for x in a.demos] == [("pick", 10)]  # the budget is still spent
+    assert a.set_aside == () and "none was set aside" in a.note
+
+
+def test_min_gain_is_a_fraction_or_none():
+    assert AllocationConfig().min_gain is None
+    with pytest.raises(ValueError, match="min_gain"):
+        AllocationConfig(min_gain=-0.1)

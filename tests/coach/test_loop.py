@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
+from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.improve import ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
 from robocoach_world.coach.scorecard import FailureClip
@@ -33,12 +35,12 @@ class MemoryPorts:
     """Imagination returns fixed trials, each failure with a clip; the station writes synthetic demos;
     `crash_after` kills it."""
 
-    def __init__(self, store: EpisodeStore, crash_after_store: bool = False) -> None:
-        self.store, self.crash_after_store = store, crash_after_store
+    def __init__(self, store: EpisodeStore, crash_after_store: bool = False, failures=FAILURES) -> None:
+        self.store, self.crash_after_store, self.failures = store, crash_after_store, failures
         self.rounds, self.pushed = [], []
 
     def imagine(self, composition, versions):
-        records = trials(composition, FAILURES[composition.name])
+        records = trials(composition, self.failures[composition.name])
         frames, trace = np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4)
         clips = [FailureClip.of_trial(composition, r, frames, trace) for r in records if not r.success]
         return Imagined(records, clips)
@@ -102,6 +104,26 @@ def test_rounds_spend_exactly_the_budget_on_the_failing_pairs(world):
         )
         assert all((folder / c["path"]).is_file() for c in clips)
         assert (folder / "scorecard.md").read_text().strip() == h["summary"]["scorecard"]
+
+
+def test_experts_whose_demos_did_not_lift_imagined_success_are_set_aside_the_next_round(world):
+    tmp_path, store, library, registry = world
+    # place fails first most, then the red press, then pick; imagination does not change after updates
+    failures = {TASK_A.name: [1] * 6 + [0] * 2 + [-1] * 2, TASK_B.name: [1] * 5 + [0] * 3 + [-1] * 2}
+    config = replace(CONFIG, allocation=AllocationConfig(min_gain=0.05))
+    state = CoachState.open(tmp_path / "coach" / "coach_state.json", config.budget, {s: 0 for s in SKILLS})
+    history = Coach(
+        config, state, [TASK_A, TASK_B], library, registry, store, MemoryPorts(store, False, failures)
+    ).run()
+    requested = [sorted(r["subtask"]["skill"] for r in h["requests"]) for h in history]
+    assert requested == [["place", "press_button"], ["pick"]]
+    set_aside = history[1]["allocation"]["set_aside"]
+    assert [s.split(" ")[0] for s in set_aside] == ["place", "press_button"]
+    assert (
+        "franka:place(red_cube, bin) 27% -> 27%" in set_aside[0]
+    )  # reached 8 + 7 times, 6 + 5 first failures
+    card = (tmp_path / "coach" / "round_001" / "scorecard.md").read_text()
+    assert "set aside, no gain after their demos: place (demos in round 0" in card
 
 
 def test_a_coach_killed_between_any_two_steps_or_mid_collection_loses_and_repeats_nothing(world):

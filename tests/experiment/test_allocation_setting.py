@@ -1,12 +1,14 @@
-"""`robocoach experiment --allocation`: one strategy for every targeted method, checked before any run."""
+"""`robocoach experiment --allocation` and `--min-gain`: one setting for the targeted methods."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from robocoach_bringup.experiment import ExperimentConfig
-from robocoach_world.experiment.methods import METHODS, ROUND_ROBIN, TARGETED
-from robocoach_world.experiment.runner import RunSettings, _claim_settings
+from robocoach_world.experiment.methods import METHODS, ROUND_ROBIN, TARGETED, PolicyKind
+from robocoach_world.experiment.runner import SETTINGS_FILE, RunSettings, _claim_settings, allocation_config
 
 
 @pytest.fixture
@@ -26,6 +28,28 @@ def test_the_allocation_option_reaches_every_targeted_method_and_no_other(inputs
     assert {strategies[n] for n in targeted} == {"proportional"}
     assert strategies["shared_uniform"] == strategies["modular_uniform"] == "uniform"
     assert strategies["end_to_end"] == ROUND_ROBIN
+
+
+def test_the_min_gain_option_reaches_the_methods_with_rollouts_behind_their_records(inputs):
+    assert ExperimentConfig(run=inputs).settings().targeted_min_gain is None  # the paper's rule: off
+    settings = ExperimentConfig(run=inputs, min_gain=0.05).settings()
+    coached = {n: m for n, m in METHODS.items() if m.policy != PolicyKind.END_TO_END}  # (f) has no coach
+    gains = {name: allocation_config(m, settings).min_gain for name, m in coached.items()}
+    assert {n for n, g in gains.items() if g == 0.05} == {"shared_targeted", "robocoach", "oracle"}
+    assert gains["modular_random"] is None and gains["modular_uniform"] is None  # blind: nothing to judge
+    with pytest.raises(ValueError, match=r"min_gain must be None or in \[0, 1\], got 1.5"):
+        ExperimentConfig(run=inputs, min_gain=1.5)
+
+
+def test_a_run_folder_from_before_the_min_gain_setting_reads_back_without_it(tmp_path):
+    run_dir = tmp_path / "seed0"
+    _claim_settings(run_dir, RunSettings())
+    settings = json.loads((run_dir / SETTINGS_FILE).read_text())
+    del settings["targeted_min_gain"]
+    (run_dir / SETTINGS_FILE).write_text(json.dumps(settings))
+    _claim_settings(run_dir, RunSettings())  # read back: the setting was off then too
+    with pytest.raises(ValueError, match=r"targeted_min_gain.*\(None, 0.05\)"):
+        _claim_settings(run_dir, RunSettings(targeted_min_gain=0.05))
 
 
 def test_an_unknown_strategy_is_refused_when_configured(inputs):

@@ -271,11 +271,7 @@ class _Run:
             config = replace(
                 schedule,
                 diagnosis=DiagnosisConfig(min_reach=1 if self.method.blind else settings.min_reach),
-                allocation=AllocationConfig(
-                    strategy=self.method.strategy(settings.targeted_allocation),
-                    # blind methods have no rollouts whose gain could be judged
-                    min_gain=None if self.method.blind else settings.targeted_min_gain,
-                ),
+                allocation=allocation_config(self.method, settings),
             )
             registry = AdapterRegistry(run_dir / "experts" / ADAPTERS_DIR)
             ports = LocalPorts(
@@ -388,6 +384,15 @@ def shared_evaluation(folder: Path, evaluate_start: Callable[[int], Checkpoint])
         point = evaluate_start(0)
         replace_file_atomically(path, json_bytes(asdict(point)))
         return point
+
+
+def allocation_config(method: Method, settings: RunSettings) -> AllocationConfig:
+    """How `method` splits a round: its strategy, and the set-aside gain where rollouts stand behind its
+    records (a blind method's records are priors: no gain to judge)."""
+    return AllocationConfig(
+        strategy=method.strategy(settings.targeted_allocation),
+        min_gain=None if method.blind else settings.targeted_min_gain,
+    )
 
 
 def _claim_settings(run_dir: Path, settings: RunSettings) -> None:
