@@ -7,8 +7,10 @@ import json
 import pytest
 
 from robocoach_bringup.experiment import ExperimentConfig
-from robocoach_world.experiment.methods import METHODS, ROUND_ROBIN, TARGETED, PolicyKind
+from robocoach_world.experiment.methods import METHODS, REFERENCE, ROUND_ROBIN, TARGETED, PolicyKind
 from robocoach_world.experiment.runner import SETTINGS_FILE, RunSettings, _claim_settings, allocation_config
+
+REFERENCE_METHOD = METHODS[REFERENCE]
 
 
 @pytest.fixture
@@ -43,13 +45,13 @@ def test_the_min_gain_option_reaches_the_methods_with_rollouts_behind_their_reco
 
 def test_a_run_folder_from_before_the_min_gain_setting_reads_back_without_it(tmp_path):
     run_dir = tmp_path / "seed0"
-    _claim_settings(run_dir, RunSettings())
+    _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)
     settings = json.loads((run_dir / SETTINGS_FILE).read_text())
     del settings["targeted_min_gain"]
     (run_dir / SETTINGS_FILE).write_text(json.dumps(settings))
-    _claim_settings(run_dir, RunSettings())  # read back: the setting was off then too
+    _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)  # read back: the setting was off then too
     with pytest.raises(ValueError, match=r"targeted_min_gain.*\(None, 0.05\)"):
-        _claim_settings(run_dir, RunSettings(targeted_min_gain=0.05))
+        _claim_settings(run_dir, RunSettings(targeted_min_gain=0.05), REFERENCE_METHOD)
 
 
 def test_an_unknown_strategy_is_refused_when_configured(inputs):
@@ -59,7 +61,29 @@ def test_an_unknown_strategy_is_refused_when_configured(inputs):
 
 def test_a_run_folder_is_never_read_back_under_other_settings(tmp_path):
     run_dir = tmp_path / "runs" / "robocoach" / "franka" / "seed0"
-    _claim_settings(run_dir, RunSettings())
-    _claim_settings(run_dir, RunSettings())  # the same settings: resumes
+    _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)
+    _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)  # the same settings: resumes
     with pytest.raises(ValueError, match=r"targeted_allocation.*(.top_m., .proportional.).*another --output"):
-        _claim_settings(run_dir, RunSettings(targeted_allocation="proportional"))
+        _claim_settings(run_dir, RunSettings(targeted_allocation="proportional"), REFERENCE_METHOD)
+
+
+@pytest.mark.parametrize(
+    ("method", "reads"),
+    [
+        ("modular_uniform", set()),
+        ("end_to_end", set()),
+        ("modular_random", {"targeted_allocation"}),
+        ("robocoach", {"targeted_allocation", "targeted_min_gain"}),
+        ("oracle", {"targeted_allocation", "targeted_min_gain"}),
+    ],
+)
+def test_a_run_is_read_back_under_settings_its_method_does_not_read(tmp_path, method, reads):
+    _claim_settings(tmp_path, RunSettings(), METHODS[method])
+    for changed in ({"targeted_allocation": "proportional"}, {"targeted_min_gain": 0.05}):
+        if set(changed) & reads:
+            with pytest.raises(ValueError, match=next(iter(changed))):
+                _claim_settings(tmp_path, RunSettings(**changed), METHODS[method])
+        else:  # e.g. uniform acquisition's runs beside targeted runs of another allocation, in one report
+            _claim_settings(tmp_path, RunSettings(**changed), METHODS[method])
+    with pytest.raises(ValueError, match="eval_rollouts"):  # every method reads the rest
+        _claim_settings(tmp_path, RunSettings(eval_rollouts=3), METHODS[method])

@@ -62,7 +62,7 @@ from robocoach_world.experiment.end_to_end import (
     init_end_to_end,
     load_end_to_end,
 )
-from robocoach_world.experiment.methods import METHODS, Method, PolicyKind, Targets
+from robocoach_world.experiment.methods import METHODS, TARGETED, Method, PolicyKind, Targets
 from robocoach_world.experiment.ports import (
     DeployedTargets,
     InitialObservations,
@@ -395,15 +395,22 @@ def allocation_config(method: Method, settings: RunSettings) -> AllocationConfig
     )
 
 
-def _claim_settings(run_dir: Path, settings: RunSettings) -> None:
+def _claim_settings(run_dir: Path, settings: RunSettings, method: Method) -> None:
     """Tie `run_dir` to `settings`: reading it back or resuming it under other settings is an error,
-    so a changed option (say `--allocation`) never reports runs made without it."""
+    so a changed option (say `--allocation`) never reports runs made without it. Settings `method`
+    does not read are not compared: uniform acquisition runs the same whatever the targeted methods
+    allocate by, so one report may hold its runs beside targeted runs of any allocation."""
     path, mine = run_dir / SETTINGS_FILE, json.loads(json_bytes(asdict(settings)))
     if not path.exists():
         replace_file_atomically(path, json_bytes(mine))
         return
     theirs = json.loads(path.read_text())
-    changed = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
+    unread = set()
+    if method.allocation != TARGETED:  # (a, e, f)
+        unread |= {"targeted_allocation", "targeted_min_gain"}
+    if method.blind:  # (c): random targets, no rollouts to judge a gain on
+        unread.add("targeted_min_gain")
+    changed = {k: (theirs.get(k), v) for k, v in mine.items() if k not in unread and theirs.get(k) != v}
     if changed:
         raise ValueError(
             f"{run_dir} was started with other settings ({changed}, as (then, now)): "
@@ -420,7 +427,7 @@ def run_one(
     that start from the same policy share its budget-0 evaluation (`shared_evaluation`).
     """
     run_dir = Path(run_dir)
-    _claim_settings(run_dir, settings)
+    _claim_settings(run_dir, settings, METHODS[spec.method])
     if (run_dir / DONE_FILE).exists():
         return json.loads((run_dir / RESULT_FILE).read_text())
     torch.set_num_threads(1)
