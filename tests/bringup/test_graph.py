@@ -80,7 +80,7 @@ def test_the_coach_yaml_states_the_defaults_the_coach_node_takes_from_the_code()
         "top_sites": DiagnosisConfig.top_sites,
         "allocation": AllocationConfig.strategy,
         "top_m": AllocationConfig.top_m,
-        "allocation_min_gain": -1.0 if AllocationConfig.min_gain is None else AllocationConfig.min_gain,
+        "allocation_min_gain": AllocationConfig.min_gain,
         "train_steps": ImproveConfig.steps,
         "dense_steps": ImproveConfig.dense_steps,
         "replay_ratio": ImproveConfig.replay_ratio,

@@ -156,6 +156,6 @@ def test_the_pairs_of_unresponsive_experts_are_set_aside_unless_nothing_else_fai
 
 
 def test_min_gain_is_a_fraction_or_none():
-    assert AllocationConfig().min_gain is None
+    assert AllocationConfig().min_gain == 0.05 and AllocationConfig(min_gain=None).min_gain is None
     with pytest.raises(ValueError, match="min_gain"):
         AllocationConfig(min_gain=-0.1)

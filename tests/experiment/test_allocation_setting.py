@@ -7,6 +7,7 @@ import json
 import pytest
 
 from robocoach_bringup.experiment import ExperimentConfig
+from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.experiment.methods import METHODS, REFERENCE, ROUND_ROBIN, TARGETED, PolicyKind
 from robocoach_world.experiment.runner import SETTINGS_FILE, RunSettings, _claim_settings, allocation_config
 
@@ -33,25 +34,28 @@ def test_the_allocation_option_reaches_every_targeted_method_and_no_other(inputs
 
 
 def test_the_min_gain_option_reaches_the_methods_with_rollouts_behind_their_records(inputs):
-    assert ExperimentConfig(run=inputs).settings().targeted_min_gain is None  # the paper's rule: off
-    settings = ExperimentConfig(run=inputs, min_gain=0.05).settings()
+    assert ExperimentConfig(run=inputs).settings().targeted_min_gain == AllocationConfig.min_gain == 0.05
+    assert (
+        ExperimentConfig(run=inputs, min_gain=None).settings().targeted_min_gain is None
+    )  # the paper's rule
+    settings = ExperimentConfig(run=inputs, min_gain=0.1).settings()
     coached = {n: m for n, m in METHODS.items() if m.policy != PolicyKind.END_TO_END}  # (f) has no coach
     gains = {name: allocation_config(m, settings).min_gain for name, m in coached.items()}
-    assert {n for n, g in gains.items() if g == 0.05} == {"shared_targeted", "robocoach", "oracle"}
+    assert {n for n, g in gains.items() if g == 0.1} == {"shared_targeted", "robocoach", "oracle"}
     assert gains["modular_random"] is None and gains["modular_uniform"] is None  # blind: nothing to judge
     with pytest.raises(ValueError, match=r"min_gain must be None or in \[0, 1\], got 1.5"):
         ExperimentConfig(run=inputs, min_gain=1.5)
 
 
-def test_a_run_folder_from_before_the_min_gain_setting_reads_back_without_it(tmp_path):
+def test_a_run_folder_from_before_the_min_gain_setting_ran_the_paper_rule(tmp_path):
     run_dir = tmp_path / "seed0"
     _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)
     settings = json.loads((run_dir / SETTINGS_FILE).read_text())
     del settings["targeted_min_gain"]
     (run_dir / SETTINGS_FILE).write_text(json.dumps(settings))
-    _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)  # read back: the setting was off then too
-    with pytest.raises(ValueError, match=r"targeted_min_gain.*\(None, 0.05\)"):
-        _claim_settings(run_dir, RunSettings(targeted_min_gain=0.05), REFERENCE_METHOD)
+    _claim_settings(run_dir, RunSettings(targeted_min_gain=None), REFERENCE_METHOD)  # read back: off then
+    with pytest.raises(ValueError, match=r"targeted_min_gain.*\(None, 0.05\)"):  # not as the new default
+        _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)
 
 
 def test_an_unknown_strategy_is_refused_when_configured(inputs):
@@ -79,7 +83,7 @@ def test_a_run_folder_is_never_read_back_under_other_settings(tmp_path):
 )
 def test_a_run_is_read_back_under_settings_its_method_does_not_read(tmp_path, method, reads):
     _claim_settings(tmp_path, RunSettings(), METHODS[method])
-    for changed in ({"targeted_allocation": "proportional"}, {"targeted_min_gain": 0.05}):
+    for changed in ({"targeted_allocation": "proportional"}, {"targeted_min_gain": 0.1}):
         if set(changed) & reads:
             with pytest.raises(ValueError, match=next(iter(changed))):
                 _claim_settings(tmp_path, RunSettings(**changed), METHODS[method])

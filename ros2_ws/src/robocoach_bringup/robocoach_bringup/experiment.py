@@ -26,6 +26,7 @@ from typing import Literal
 from tqdm import tqdm
 
 from robocoach_skills.constants import ROBOTS
+from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.experiment.methods import get_methods
 from robocoach_world.experiment.runner import EXPERIMENT_FILE, RunSettings, RunSpec, run_one
 from robocoach_world.experiment.summary import markdown, plot, summarize
@@ -62,8 +63,9 @@ class ExperimentConfig:
     seeds: int | None = None  # seeds per (method, arm); None: the profile's
     eval_rollouts: int | None = None  # evaluation initial states per composition; None: the profile's
     allocation: str | None = None  # targeted methods' (b, c, d, g) strategy, e.g. proportional; None: top_m
-    # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain)
-    min_gain: float | None = None
+    # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain);
+    # None: never (the paper's rule)
+    min_gain: float | None = AllocationConfig.min_gain
     workers: int = 1  # runs in parallel processes (each runs one simulator and torch thread)
 
     def __post_init__(self) -> None:
@@ -84,9 +86,7 @@ class ExperimentConfig:
             settings = dataclasses.replace(settings, eval_rollouts=self.eval_rollouts)
         if self.allocation is not None:
             settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
-        if self.min_gain is not None:
-            settings = dataclasses.replace(settings, targeted_min_gain=self.min_gain)
-        return settings
+        return dataclasses.replace(settings, targeted_min_gain=self.min_gain)
 
     def specs(self) -> list[RunSpec]:
         seeds = self.seeds if self.seeds is not None else PROFILES[self.profile][1]

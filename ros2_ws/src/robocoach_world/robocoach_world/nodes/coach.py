@@ -232,7 +232,7 @@ class CoachNode(Node):
         strategy = declare("allocation", AllocationConfig.strategy).value  # top_m | proportional
         top_m = declare("top_m", AllocationConfig.top_m).value
         # Set aside experts whose demos did not lift imagined success by this much; < 0: never.
-        min_gain = declare("allocation_min_gain", -1.0).value
+        min_gain = declare("allocation_min_gain", AllocationConfig.min_gain).value
         train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
         dense_steps = declare("dense_steps", ImproveConfig.dense_steps).value  # ... then on fixed vision
         replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
