@@ -215,8 +215,9 @@ def allocate(
         return Allocation(config.strategy, budget, (), "no demos requested: the demo budget is spent")
     aside = {u.expert for u in unresponsive}
     kept = [p for p in candidates if p.pair.expert not in aside]
-    set_aside = tuple(str(u) for u in unresponsive if kept)
-    candidates = kept or candidates
+    set_aside: tuple[str, ...] = ()
+    if kept:  # otherwise every eligible pair's expert is unresponsive: the budget goes to them anyway
+        candidates, set_aside = kept, tuple(str(u) for u in unresponsive)
     counts = ALLOCATORS[config.strategy]([p.mass for p in candidates], budget, config)
     if sum(counts) != budget or min(counts) < 0:
         raise RuntimeError(

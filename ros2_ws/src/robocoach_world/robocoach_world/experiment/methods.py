@@ -69,6 +69,16 @@ class Method:
         """Targets that ignore how the experts fail (no rollout behind the records)."""
         return self.targets in (Targets.RANDOM, Targets.UNIFORM)
 
+    @property
+    def judges_gain(self) -> bool:
+        """Sets aside unresponsive experts (`RunSettings.targeted_min_gain`): a targeted method whose
+        records have rollouts behind them, where a gain after demos can be seen.
+
+        >>> [m.letter for m in METHODS.values() if m.judges_gain]
+        ['b', 'd', 'g']
+        """
+        return self.allocation == TARGETED and not self.blind
+
 
 REFERENCE = "robocoach"  # the method every other one is tested against
 ROUND_ROBIN = "round_robin"  # (f)'s allocation: whole-task demo slot k goes to composition k mod n

@@ -391,7 +391,7 @@ def allocation_config(method: Method, settings: RunSettings) -> AllocationConfig
     records (a blind method's records are priors: no gain to judge)."""
     return AllocationConfig(
         strategy=method.strategy(settings.targeted_allocation),
-        min_gain=None if method.blind else settings.targeted_min_gain,
+        min_gain=settings.targeted_min_gain if method.judges_gain else None,
     )
 
 
@@ -407,8 +407,8 @@ def _claim_settings(run_dir: Path, settings: RunSettings, method: Method) -> Non
     theirs = json.loads(path.read_text())
     unread = set()
     if method.allocation != TARGETED:  # (a, e, f)
-        unread |= {"targeted_allocation", "targeted_min_gain"}
-    if method.blind:  # (c): random targets, no rollouts to judge a gain on
+        unread.add("targeted_allocation")
+    if not method.judges_gain:  # (a, c, e, f)
         unread.add("targeted_min_gain")
     changed = {k: (theirs.get(k), v) for k, v in mine.items() if k not in unread and theirs.get(k) != v}
     if changed:
