@@ -21,6 +21,7 @@ from offboard_models import write_offboard_models
 
 from robocoach_bringup.experiment import PROFILES, ExperimentConfig, run_experiment
 from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.evaluation import evaluation_seeds
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
 from robocoach_world.experiment.fidelity import FidelityConfig, _claim, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
@@ -129,6 +130,41 @@ def test_a_finished_experiment_is_read_back_not_rerun(experiment):
     assert again["runs"] == json.loads(json.dumps(result["runs"]))  # as result.json holds them
     with pytest.raises(ValueError, match=r"other settings.*targeted_allocation"):  # not read back as theirs
         run_experiment(dataclasses.replace(config, allocation="proportional"))
+
+
+def test_a_final_evaluation_on_more_states_extends_every_runs_last_checkpoint_once(experiment):
+    config, result = experiment
+    settings, _ = PROFILES["reduced"]
+    with pytest.raises(ValueError, match="must exceed"):
+        dataclasses.replace(config, final_rollouts=settings.eval_rollouts)
+    more = dataclasses.replace(config, final_rollouts=settings.eval_rollouts + 2)
+    first = run_experiment(more)
+    seeds = evaluation_seeds(settings.eval_rollouts + 2)
+    before = {(r["method"], r["seed"]): r for r in json.loads(json.dumps(result["runs"]))}
+    for r in first["runs"]:
+        curve = before[(r["method"], r["seed"])]
+        assert {k: v for k, v in r.items() if k != "final"} == curve  # the curve and result stay as they were
+        final, last = r["final"]["checkpoint"], curve["checkpoints"][-1]
+        assert r["final"]["eval_seeds"] == seeds and r["final"]["seconds"] > 0
+        assert (final["versions"], final["demos"], final["unsupported"]) == (
+            last["versions"], last["demos"], last["unsupported"],
+        )  # fmt: skip
+        for name, outcomes in final["outcomes"].items():  # the curve's states first, then the new ones
+            assert (
+                len(outcomes) == len(seeds) and outcomes[: settings.eval_rollouts] == last["outcomes"][name]
+            )
+            assert len(final["first_failed"][name]) == len(final["timed_out"][name]) == len(seeds)
+    for row in first["summary"]["table"]:
+        assert row["final"]["eval_units"] == len(seeds) * len(settings.training)
+        assert row["method"] == "robocoach" or "paired_vs_robocoach" in row["final"]
+    assert "Final checkpoint on 4 initial states" in (config.output / "report.md").read_text()
+    assert (config.output / "final_success.png").exists()
+    files = sorted((config.output / "runs").rglob("final_4.json"))
+    assert len(files) == len(result["runs"])
+    stamps = {p: p.stat().st_mtime_ns for p in files}
+    again = run_experiment(more)  # read back, not deployed again
+    assert again["runs"] == json.loads(json.dumps(first["runs"]))
+    assert {p: p.stat().st_mtime_ns for p in files} == stamps
 
 
 def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):

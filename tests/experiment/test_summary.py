@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from robocoach_skills.measures import wilson_interval
 from robocoach_world.experiment.summary import markdown, summarize
 
 T, F = True, False
@@ -123,3 +124,49 @@ def test_failed_trials_are_split_by_whether_the_expert_timed_out_or_the_judge_en
     assert row["failure_endings"][1] is None and "How those failed trials ended" not in markdown(
         summarize([run]), []
     )
+
+
+def _with_final(run: dict, training: list[bool], held_out: list[bool]) -> dict:
+    """`run` with a final evaluation on more states (`runner.final_evaluation`'s shape)."""
+    point = {"outcomes": {"a": training, "h": held_out}}
+    return {**run, "final": {"eval_seeds": list(range(len(training))), "seconds": 1.0, "checkpoint": point}}
+
+
+def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_paired_tests():
+    curve, held = [[F, F], [T, F]], [[F], [F]]
+    results = [
+        _with_final(_run("robocoach", 0, curve, held), [T, F, T, T], [T, F]),
+        _with_final(_run("robocoach", 1, curve, held), [T, F, F, F], [F, F]),
+        _with_final(_run("modular_uniform", 0, curve, held), [F, F, T, F], [F, F]),
+        _with_final(_run("modular_uniform", 1, curve, held), [F, F, F, F], [F, T]),
+        _run("modular_random", 0, curve, held),  # no final evaluation: no final row, no final test
+    ]
+    summary = summarize(results)
+    rows = {r["method"]: r for r in summary["table"]}
+    coach, uniform = rows["robocoach"]["final"], rows["modular_uniform"]["final"]
+    assert coach["eval_rollouts"] == 4 and coach["eval_units"] == 8
+    assert coach["training_success_per_seed"] == [0.75, 0.25] and coach["training_success_mean"] == 0.5
+    assert coach["training_wilson"] == pytest.approx(wilson_interval(4, 8))
+    assert coach["held_out_success"] == 0.25 and uniform["training_success_mean"] == 0.125
+    # paired by (seed, state): robocoach alone at seed 0's states 0, 3 and seed 1's state 0; uniform never
+    test = uniform["paired_vs_robocoach"]["training"]
+    assert (test["pairs"], test["only_robocoach"], test["only_baseline"]) == (8, 3, 0)
+    assert test["p_value"] == pytest.approx(0.25)  # exact two-sided: 2 x 0.5^3
+    held_test = uniform["paired_vs_robocoach"]["held_out"]
+    assert (held_test["only_robocoach"], held_test["only_baseline"]) == (1, 1)
+    # the curve's last checkpoint is tested as before: both methods identical there
+    assert rows["modular_uniform"]["paired_vs_robocoach"]["training"]["only_robocoach"] == 0
+    assert "final" not in rows["modular_random"]
+    table = markdown(summary, [])
+    assert "Final checkpoint on 4 initial states per composition" in table
+    assert "| (e) modular_uniform | franka | 12% ± 12% [" in table and "3 vs 0 of 8, p = 0.25" in table
+
+
+def test_seeds_finally_evaluated_on_different_state_counts_are_an_error():
+    curve, held = [[F, F], [T, F]], [[F], [F]]
+    results = [
+        _with_final(_run("robocoach", 0, curve, held), [T, F, T, T], [T, F]),
+        _with_final(_run("robocoach", 1, curve, held), [T, F, F], [F, F]),
+    ]
+    with pytest.raises(ValueError, match="different numbers of states"):
+        summarize(results)

@@ -9,6 +9,11 @@ runner): a finished one is read back, an interrupted one resumes through its per
 start from the same policy share its budget-0 evaluation, in <output>/starts/ (`runner.start_key`). When all
 are done, <output>/experiment.json holds every number per seed and <output>/report.md the table and
 plots (success vs demo budget, held-out success, Budget AUC with intervals).
+
+The curve is evaluated on few initial states per checkpoint (`--eval-rollouts`); `--final-rollouts N`
+evaluates every finished run's last checkpoint again on N states per composition (the curve's and
+N - eval_rollouts more, `runner.final_evaluation`), and the report adds that comparison with its own
+intervals and paired tests: the claim the runs end on, on a sample that can separate methods.
 """
 
 from __future__ import annotations
@@ -28,7 +33,13 @@ from tqdm import tqdm
 from robocoach_skills.constants import ROBOTS
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.experiment.methods import get_methods
-from robocoach_world.experiment.runner import EXPERIMENT_FILE, RunSettings, RunSpec, run_one
+from robocoach_world.experiment.runner import (
+    EXPERIMENT_FILE,
+    RunSettings,
+    RunSpec,
+    final_evaluation,
+    run_one,
+)
 from robocoach_world.experiment.summary import markdown, plot, summarize
 
 log = logging.getLogger("robocoach.experiment")
@@ -66,6 +77,9 @@ class ExperimentConfig:
     # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain);
     # None: never (the paper's rule)
     min_gain: float | None = AllocationConfig.min_gain
+    # Evaluate every run's final checkpoint again on this many initial states per composition (the
+    # curve's and more), for the final comparison; None: the curve's states only.
+    final_rollouts: int | None = None
     workers: int = 1  # runs in parallel processes (each runs one simulator and torch thread)
 
     def __post_init__(self) -> None:
@@ -78,7 +92,12 @@ class ExperimentConfig:
             if not (self.run / name).exists():
                 command = f"robocoach demo --output {self.run} --until offboard_models"
                 raise ValueError(f"{self.run} has no {name}/: run `{command}` first")
-        self.settings()  # an unknown --allocation fails here, before any run starts
+        settings = self.settings()  # an unknown --allocation fails here, before any run starts
+        if self.final_rollouts is not None and self.final_rollouts <= settings.eval_rollouts:
+            raise ValueError(
+                f"--final-rollouts must exceed the curve's {settings.eval_rollouts} evaluation states, "
+                f"got {self.final_rollouts}"
+            )
 
     def settings(self) -> RunSettings:
         settings, _ = PROFILES[self.profile]
@@ -109,7 +128,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     if config.workers == 1:
         for spec in specs:
             bar.set_postfix_str(spec.key)
-            results.append(run_one(config.run, runs / spec.key, spec, settings, starts))
+            results.append(_run(config.run, runs / spec.key, spec, settings, starts, config.final_rollouts))
             bar.update()
     else:
         # spawn, not fork: see stages.side_by_side (a forked child of a threaded process can deadlock)
@@ -117,7 +136,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
             max_workers=config.workers, mp_context=multiprocessing.get_context("spawn")
         ) as pool:
             futures = [
-                pool.submit(run_one, config.run, runs / spec.key, spec, settings, starts) for spec in specs
+                pool.submit(_run, config.run, runs / spec.key, spec, settings, starts, config.final_rollouts)
+                for spec in specs
             ]
             for future in futures:
                 results.append(future.result())
@@ -135,6 +155,21 @@ def run_experiment(config: ExperimentConfig) -> dict:
     (config.output / EXPERIMENT_FILE).write_text(json.dumps(experiment, indent=2))
     (config.output / "report.md").write_text(_report(config, settings, experiment, files))
     return experiment
+
+
+def _run(
+    inputs: Path,
+    run_dir: Path,
+    spec: RunSpec,
+    settings: RunSettings,
+    starts: Path,
+    final_rollouts: int | None,
+) -> dict:
+    """One run's result, with its final checkpoint on `final_rollouts` states under "final" if asked."""
+    result = run_one(inputs, run_dir, spec, settings, starts)
+    if final_rollouts is not None:
+        result["final"] = final_evaluation(inputs, run_dir, spec, settings, final_rollouts)
+    return result
 
 
 def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, files: list[Path]) -> str:

@@ -337,8 +337,10 @@ class _Run:
         replace_file_atomically(path, json_bytes(asdict(point)))
         return point
 
-    def _evaluate(self, index: int) -> Checkpoint:
+    def _evaluate(self, index: int, seeds: list[int] | None = None) -> Checkpoint:
+        """The policy as it is now on `seeds` (default: the run's evaluation seeds)."""
         start = time.perf_counter()
+        seeds = self.eval_seeds if seeds is None else seeds
         versions = dict(self.state.adapter_versions)
         ids = self.state.received_ids()
         point = Checkpoint(index, len(ids), self.frames(ids), versions)
@@ -346,11 +348,11 @@ class _Run:
             policy = self.skill_policy(composition, versions)
             if policy is None:  # never silently dropped: every trial counts as failed at subtask 0
                 point.unsupported.append(composition.name)
-                point.outcomes[composition.name] = [False] * len(self.eval_seeds)
-                point.first_failed[composition.name] = [0] * len(self.eval_seeds)
-                point.timed_out[composition.name] = [0] * len(self.eval_seeds)
+                point.outcomes[composition.name] = [False] * len(seeds)
+                point.first_failed[composition.name] = [0] * len(seeds)
+                point.timed_out[composition.name] = [0] * len(seeds)
                 continue
-            result = evaluate(self.router(policy), self.scene, composition, self.eval_seeds)
+            result = evaluate(self.router(policy), self.scene, composition, seeds)
             point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
             point.first_failed[composition.name] = [
                 int(t.ground_truth["first_failed"]) for t in result.trials
@@ -358,6 +360,46 @@ class _Run:
             point.timed_out[composition.name] = [t.timed_out_index for t in result.trials]
         point.seconds = time.perf_counter() - start
         return point
+
+
+def final_evaluation(
+    inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings, rollouts: int
+) -> dict:
+    """A finished run's final checkpoint on `rollouts` initial states per composition: the curve's
+    `settings.eval_rollouts` read back, and the rest (`evaluation_seeds(rollouts)`'s tail) deployed now.
+
+    The curve's few states per checkpoint show the trend; the claim a run ends on is tested here, on
+    enough states to separate methods. The tail's evaluation is its own file (`eval/final_<n>.json`),
+    so a finished one is read back and the run's settings, curve and result stay as they were.
+    Returns {"eval_seeds", "seconds", "checkpoint"}: the pooled final Checkpoint, outcomes in seed order.
+    """
+    run_dir = Path(run_dir)
+    if rollouts <= settings.eval_rollouts:
+        raise ValueError(
+            f"final evaluation needs more than the curve's {settings.eval_rollouts} states, got {rollouts}"
+        )
+    if not (run_dir / DONE_FILE).exists():
+        raise ValueError(f"{run_dir} has not finished: its final checkpoint is not there to evaluate")
+    final = Checkpoint(**json.loads((run_dir / RESULT_FILE).read_text())["checkpoints"][-1])
+    path = run_dir / "eval" / f"final_{rollouts}.json"
+    if path.exists():
+        tail = Checkpoint(**json.loads(path.read_text()))
+    else:
+        torch.set_num_threads(1)
+        run = _Run(Path(inputs), run_dir, spec, settings, None)
+        if dict(run.state.adapter_versions) != final.versions:
+            raise ValueError(
+                f"{run_dir}: the policy on disk ({dict(run.state.adapter_versions)}) is not the final "
+                f"checkpoint's ({final.versions})"
+            )
+        tail = run._evaluate(final.round, evaluation_seeds(rollouts)[settings.eval_rollouts :])
+        run.scene.close()
+        replace_file_atomically(path, json_bytes(asdict(tail)))
+    pooled = replace(tail, seconds=final.seconds + tail.seconds)
+    for field_name in ("outcomes", "first_failed", "timed_out"):
+        curve, more = getattr(final, field_name), getattr(tail, field_name)
+        setattr(pooled, field_name, {name: curve[name] + more[name] for name in curve})
+    return {"eval_seeds": evaluation_seeds(rollouts), "seconds": tail.seconds, "checkpoint": asdict(pooled)}
 
 
 def start_key(spec: RunSpec, method: Method) -> str:

@@ -22,7 +22,7 @@ one that had): the judge's share of the failures, in deployment.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,10 +35,11 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 
 
-def _outcomes(result: dict, checkpoint: int, names: Sequence[str]) -> list[bool]:
-    """Outcomes at a checkpoint, ordered by (composition, evaluation seed)."""
-    outcomes = result["checkpoints"][checkpoint]["outcomes"]
-    return [o for name in names for o in outcomes[name]]
+def _outcomes(result: dict, checkpoint: int | None, names: Sequence[str]) -> list[bool]:
+    """Outcomes at a checkpoint (None: the final one on more states, `runner.final_evaluation`),
+    ordered by (composition, evaluation seed)."""
+    point = result["final"]["checkpoint"] if checkpoint is None else result["checkpoints"][checkpoint]
+    return [o for name in names for o in point["outcomes"][name]]
 
 
 def _budgets(result: dict) -> list[int]:
@@ -158,32 +159,64 @@ def summarize(results: Sequence[dict]) -> dict:
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
             "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
         }
+        if all("final" in r for r in runs):
+            row["final"] = _final(runs)
         table.append(row)
     _paired_tests(table, groups)
     return {"table": table}
 
 
+def _final(runs: Sequence[dict]) -> dict:
+    """The final checkpoint on every run's `final_evaluation` states: success per seed and pooled."""
+    rollouts = {len(r["final"]["eval_seeds"]) for r in runs}
+    if len(rollouts) != 1:
+        raise ValueError(f"seeds were finally evaluated on different numbers of states: {sorted(rollouts)}")
+    per_seed = [float(np.mean(_outcomes(r, None, r["training"]))) for r in runs]
+    train = [o for r in runs for o in _outcomes(r, None, r["training"])]
+    held = [o for r in runs for o in _outcomes(r, None, r["held_out"])]
+    return {
+        "eval_rollouts": rollouts.pop(),
+        "eval_units": len(train),
+        "training_success_per_seed": per_seed,
+        "training_success_mean": float(np.mean(per_seed)),
+        "training_success_std": float(np.std(per_seed)),
+        "training_wilson": wilson_interval(sum(train), len(train)),
+        "held_out_success": float(np.mean(held)),
+        "held_out_wilson": wilson_interval(sum(held), len(held)),
+        "seconds": sum(r["final"]["seconds"] for r in runs),
+    }
+
+
 def _paired_tests(table: list[dict], groups: dict[tuple[str, str], list[dict]]) -> None:
+    """Each row against RoboCoach on the same arm, at the last checkpoint, and (where both rows have
+    one) at the final evaluation on more states."""
     for row in table:
         reference = groups.get((REFERENCE, row["robot"]))
         if row["method"] == REFERENCE or reference is None:
             continue
         mine = {r["seed"]: r for r in groups[(row["method"], row["robot"])]}
-        tests = {}
-        for split in ("training", "held_out"):
-            a, b = [], []
-            for ref in reference:
-                if ref["seed"] in mine:
-                    a += _outcomes(ref, -1, ref[split])
-                    b += _outcomes(mine[ref["seed"]], -1, ref[split])
-            only_ref, only_other = paired_discordance(a, b)
-            tests[split] = {
-                "pairs": len(a),
-                "only_robocoach": only_ref,
-                "only_baseline": only_other,
-                "p_value": mcnemar_exact(only_ref, only_other),
-            }
-        row["paired_vs_robocoach"] = tests
+        row["paired_vs_robocoach"] = _paired(reference, mine, -1)
+        if "final" in row and all("final" in r for r in reference):
+            row["final"]["paired_vs_robocoach"] = _paired(reference, mine, None)
+
+
+def _paired(reference: Sequence[dict], mine: dict[int, dict], checkpoint: int | None) -> dict[str, dict]:
+    """Exact McNemar per split over the (seed, composition, initial state) units both methods ran."""
+    tests = {}
+    for split in ("training", "held_out"):
+        a, b = [], []
+        for ref in reference:
+            if ref["seed"] in mine:
+                a += _outcomes(ref, checkpoint, ref[split])
+                b += _outcomes(mine[ref["seed"]], checkpoint, ref[split])
+        only_ref, only_other = paired_discordance(a, b)
+        tests[split] = {
+            "pairs": len(a),
+            "only_robocoach": only_ref,
+            "only_baseline": only_other,
+            "p_value": mcnemar_exact(only_ref, only_other),
+        }
+    return tests
 
 
 def plot(summary: dict, out: Path) -> list[Path]:
@@ -212,20 +245,44 @@ def plot(summary: dict, out: Path) -> list[Path]:
         ("held_out.png", "held_out_success", "held_out_wilson", "held-out success (final)"),
         ("budget_auc.png", "budget_auc", "budget_auc_interval", "Budget AUC (training)"),
     ):
-        fig = Figure(figsize=(5.5 * len(robots), 4))
-        axes = fig.subplots(1, len(robots), squeeze=False)
-        for ax, robot in zip(axes[0], robots, strict=True):
-            rows = [r for r in table if r["robot"] == robot]
-            values = [r[key][-1] if isinstance(r[key], list) else r[key] for r in rows]
-            intervals = [r[wilson][-1] if key != "budget_auc" else r[wilson] for r in rows]
-            err = np.array([[v - lo, hi - v] for v, (lo, hi) in zip(values, intervals, strict=True)]).T
-            ax.bar(range(len(rows)), values, yerr=err, capsize=4, color="tab:blue")
-            ax.set_xticks(
-                range(len(rows)), [f"({r['letter']}) {r['method']}" for r in rows], rotation=30, ha="right"
+        files.append(_bars(table, robots, lambda r, k=key, w=wilson: _last(r[k], r[w]), ylabel, out / name))
+    finals = [r for r in table if "final" in r]
+    if finals:
+        n = finals[0]["final"]["eval_rollouts"]
+        files.append(
+            _bars(
+                finals,
+                robots,
+                lambda r: (r["final"]["training_success_mean"], r["final"]["training_wilson"]),
+                f"training success, final, {n} states/composition",
+                out / "final_success.png",
             )
-            ax.set(title=robot, ylabel=ylabel, ylim=(0, 1))
-        files.append(_save(fig, out / name))
+        )
     return files
+
+
+def _last(value: float | list, interval: tuple | list) -> tuple[float, tuple[float, float]]:
+    """A per-checkpoint series' last value and interval, or a scalar's own (Budget AUC)."""
+    return (value[-1], interval[-1]) if isinstance(value, list) else (value, interval)
+
+
+def _bars(
+    table: Sequence[dict], robots: Sequence[str], value: Callable[[dict], tuple], ylabel: str, path: Path
+) -> Path:
+    """One bar per method and a panel per arm; `value(row)` gives (height, (low, high))."""
+    fig = Figure(figsize=(5.5 * len(robots), 4))
+    axes = fig.subplots(1, len(robots), squeeze=False)
+    for ax, robot in zip(axes[0], robots, strict=True):
+        rows = [r for r in table if r["robot"] == robot]
+        points = [value(r) for r in rows]
+        heights = [v for v, _ in points]
+        err = np.array([[v - lo, hi - v] for v, (lo, hi) in points]).T.reshape(2, len(points))
+        ax.bar(range(len(rows)), heights, yerr=err, capsize=4, color="tab:blue")
+        ax.set_xticks(
+            range(len(rows)), [f"({r['letter']}) {r['method']}" for r in rows], rotation=30, ha="right"
+        )
+        ax.set(title=robot, ylabel=ylabel, ylim=(0, 1))
+    return _save(fig, path)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -274,10 +331,44 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
         if r["unsupported"]
     ]
     lines += ["", *notes] if notes else []
+    lines += _final_table(summary["table"])
     lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
     for robot in sorted({r["robot"] for r in summary["table"]}):
         lines += ["", *_anatomy([r for r in summary["table"] if r["robot"] == robot], robot)]
     return "\n".join(lines)
+
+
+def _final_table(rows: Sequence[dict]) -> list[str]:
+    """The last checkpoint again, on the final evaluation's states (rows that have one)."""
+    rows = [r for r in rows if "final" in r]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"Final checkpoint on {rows[0]['final']['eval_rollouts']} initial states per composition (the "
+        "curve's and more, `--final-rollouts`), the same states for every method:",
+        "",
+        "| method | arm | training success (mean ± std; 95% Wilson, pooled) | per seed | held-out "
+        "| vs RoboCoach (McNemar, training) | vs RoboCoach (McNemar, held-out) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        f = r["final"]
+        (lo, hi), (hlo, hhi) = f["training_wilson"], f["held_out_wilson"]
+        tests = f.get("paired_vs_robocoach", {})
+        versus = [
+            f"{t['only_robocoach']} vs {t['only_baseline']} of {t['pairs']}, p = {t['p_value']:.3g}"
+            if t
+            else "-"
+            for t in (tests.get("training"), tests.get("held_out"))
+        ]
+        lines.append(
+            f"| ({r['letter']}) {r['method']} | {r['robot']} "
+            f"| {f['training_success_mean']:.0%} ± {f['training_success_std']:.0%} [{lo:.0%}, {hi:.0%}] "
+            f"| {', '.join(f'{x:.0%}' for x in f['training_success_per_seed'])} "
+            f"| {f['held_out_success']:.0%} [{hlo:.0%}, {hhi:.0%}] | {versus[0]} | {versus[1]} |"
+        )
+    return lines
 
 
 def _anatomy(rows: Sequence[dict], robot: str) -> list[str]:
