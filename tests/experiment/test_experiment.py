@@ -58,6 +58,10 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
                 k * settings.demos_per_round for k in range(rounds + 1)
             ]
             assert all(c["unsupported"] == [] for c in r["checkpoints"])
+        phases = r["phase_seconds"]  # every phase of the schedule ran and was timed inside the run's time
+        whole_task = METHODS[r["method"]].policy == PolicyKind.END_TO_END  # (f) imagines nothing
+        expected = {"collect", "improve", "evaluate"} | (set() if whole_task else {"imagine"})
+        assert set(phases) == expected and min(phases.values()) > 0 and sum(phases.values()) <= r["seconds"]
         frames = np.cumsum([0] + [round_["demo_frames"] for round_ in r["rounds"]]).tolist()
         assert [c["demo_frames"] for c in r["checkpoints"]] == frames
         assert r["eval_seeds"] == runs[0]["eval_seeds"] and len(r["eval_seeds"]) == settings.eval_rollouts

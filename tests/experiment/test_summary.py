@@ -170,3 +170,19 @@ def test_seeds_finally_evaluated_on_different_state_counts_are_an_error():
     ]
     with pytest.raises(ValueError, match="different numbers of states"):
         summarize(results)
+
+
+def test_compute_is_summed_per_method_and_phase_over_seeds_when_every_seed_was_timed():
+    curve, held = [[F, F], [T, F]], [[F], [F]]
+    timed = {"imagine": 10.0, "collect": 5.0, "improve": 20.0, "evaluate": 40.0}
+    results = [
+        {**_run("robocoach", 0, curve, held), "phase_seconds": timed},
+        {**_run("robocoach", 1, curve, held), "phase_seconds": {**timed, "imagine": 30.0}},
+        {**_run("modular_uniform", 0, curve, held), "phase_seconds": timed},
+        _run("modular_uniform", 1, curve, held),  # finished before phases were timed
+    ]
+    summary = summarize(results)
+    rows = {r["method"]: r for r in summary["table"]}
+    assert rows["robocoach"]["phase_seconds"] == {"imagine": 40, "collect": 10, "improve": 40, "evaluate": 80}
+    assert "phase_seconds" not in rows["modular_uniform"]  # a partial sum would mislead
+    assert "| (d) robocoach | franka | 40 | 10 | 40 | 80 |" in markdown(summary, [])

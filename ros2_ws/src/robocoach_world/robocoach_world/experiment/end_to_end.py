@@ -56,6 +56,7 @@ from robocoach_skills.teleop.scripted import ScriptedSessionConfig
 from robocoach_skills.teleop.session import stable_seed
 from robocoach_world.coach.improve import ImproveConfig, seeded_sample
 from robocoach_world.coach.loop import CoachConfig
+from robocoach_world.coach.state import Action
 from robocoach_world.experiment.methods import ROUND_ROBIN
 
 log = logging.getLogger("robocoach.experiment")
@@ -288,11 +289,13 @@ class WholeTaskTeacher:
         )
         return round(demos * self.state.frames_per_demo)
 
-    def step(self) -> None:
+    def step(self) -> Action:
+        """One phase of the round, as the coach's `step`: collect the round's demos, or retrain."""
         if self.state.collecting:
             self._collect()
-        else:
-            self._improve()
+            return Action.COLLECT
+        self._improve()
+        return Action.IMPROVE
 
     def _frames(self, ids: Iterable[str]) -> int:
         return sum(self.store.meta(e).length for e in ids)

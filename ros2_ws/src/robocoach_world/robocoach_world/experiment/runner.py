@@ -24,6 +24,7 @@ import json
 import logging
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -480,9 +481,10 @@ def run_one(
     # Invariant: checkpoint k is evaluated before round k+1 takes its first step, so on resume the
     # active adapters are those of the newest checkpoint whenever its evaluation is missing.
     points = [run.checkpoint(k) for k in range(run.state.round + 1)]
+    phases: Counter[str] = Counter()  # seconds per coach phase (Action), this process's share
     while not run.teacher.finished:
-        closed = run.state.round
-        run.teacher.step()
+        closed, tic = run.state.round, time.perf_counter()
+        phases[str(run.teacher.step())] += time.perf_counter() - tic
         if run.state.round > closed:
             points.append(run.checkpoint(run.state.round))
     run.scene.close()
@@ -510,6 +512,8 @@ def run_one(
             for h in run.state.history
         ],
         "seconds": time.perf_counter() - start,  # this process's share (a resumed run counts again)
+        # where they went: imagine (the oracle's deployed targets too), collect, improve, evaluate
+        "phase_seconds": {**phases, "evaluate": sum(p.seconds for p in points)},
     }
     (run_dir / RESULT_FILE).write_bytes(json_bytes(result))
     (run_dir / DONE_FILE).write_text("done\n")

@@ -159,6 +159,8 @@ def summarize(results: Sequence[dict]) -> dict:
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
             "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
         }
+        if all("phase_seconds" in r for r in runs):  # runs finished before phases were timed have none
+            row["phase_seconds"] = dict(sum((Counter(r["phase_seconds"]) for r in runs), Counter()))
         if all("final" in r for r in runs):
             row["final"] = _final(runs)
         table.append(row)
@@ -332,6 +334,7 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
     ]
     lines += ["", *notes] if notes else []
     lines += _final_table(summary["table"])
+    lines += _phase_table(summary["table"])
     lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
     for robot in sorted({r["robot"] for r in summary["table"]}):
         lines += ["", *_anatomy([r for r in summary["table"] if r["robot"] == robot], robot)]
@@ -368,6 +371,29 @@ def _final_table(rows: Sequence[dict]) -> list[str]:
             f"| {', '.join(f'{x:.0%}' for x in f['training_success_per_seed'])} "
             f"| {f['held_out_success']:.0%} [{hlo:.0%}, {hhi:.0%}] | {versus[0]} | {versus[1]} |"
         )
+    return lines
+
+
+PHASES = ("imagine", "collect", "improve", "evaluate")  # runner.run_one's phase_seconds, in round order
+
+
+def _phase_table(rows: Sequence[dict]) -> list[str]:
+    """Where each method's compute went, seeds summed (rows whose runs were all timed by phase)."""
+    rows = [r for r in rows if "phase_seconds" in r]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Compute per method and phase, seconds, seeds summed (imagine: the coach's rollouts, for (g) "
+        "deployed ones; collect: scripted demos; improve: adapter updates; evaluate: deployed checkpoints; "
+        "a resumed run counts only its last process):",
+        "",
+        "| method | arm | " + " | ".join(PHASES) + " |",
+        "|---|---|" + "---|" * len(PHASES),
+    ]
+    for r in rows:
+        cells = [f"{r['phase_seconds'].get(p, 0.0):.0f}" for p in PHASES]
+        lines.append(f"| ({r['letter']}) {r['method']} | {r['robot']} | " + " | ".join(cells) + " |")
     return lines
 
 
