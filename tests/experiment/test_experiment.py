@@ -17,14 +17,18 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from offboard_models import write_offboard_models
 
 from robocoach_bringup.experiment import PROFILES, ExperimentConfig, run_experiment
+from robocoach_skills.bootstrap import ADAPTERS_DIR, load_experts
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.evaluation import evaluation_seeds
+from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
 from robocoach_world.experiment.fidelity import FidelityConfig, _claim, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
+from robocoach_world.experiment.runner import load_policy
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +140,7 @@ def test_a_finished_experiment_is_read_back_not_rerun(experiment):
         run_experiment(dataclasses.replace(config, allocation="proportional"))
 
 
-def test_a_final_evaluation_on_more_states_extends_every_runs_last_checkpoint_once(experiment):
+def test_a_final_evaluation_on_more_states_extends_every_runs_first_and_last_checkpoints_once(experiment):
     config, result = experiment
     settings, _ = PROFILES["reduced"]
     with pytest.raises(ValueError, match="must exceed"):
@@ -148,27 +152,50 @@ def test_a_final_evaluation_on_more_states_extends_every_runs_last_checkpoint_on
     for r in first["runs"]:
         curve = before[(r["method"], r["seed"])]
         assert {k: v for k, v in r.items() if k != "final"} == curve  # the curve and result stay as they were
-        final, last = r["final"]["checkpoint"], curve["checkpoints"][-1]
         assert r["final"]["eval_seeds"] == seeds and r["final"]["seconds"] > 0
-        assert (final["versions"], final["demos"], final["unsupported"]) == (
-            last["versions"], last["demos"], last["unsupported"],
-        )  # fmt: skip
-        for name, outcomes in final["outcomes"].items():  # the curve's states first, then the new ones
-            assert (
-                len(outcomes) == len(seeds) and outcomes[: settings.eval_rollouts] == last["outcomes"][name]
-            )
-            assert len(final["first_failed"][name]) == len(final["timed_out"][name]) == len(seeds)
+        for key, at in (("start", curve["checkpoints"][0]), ("checkpoint", curve["checkpoints"][-1])):
+            point = r["final"][key]
+            assert (point["versions"], point["demos"], point["unsupported"]) == (
+                at["versions"], at["demos"], at["unsupported"],
+            )  # fmt: skip
+            for name, outcomes in point["outcomes"].items():  # the curve's states first, then the new ones
+                assert (
+                    len(outcomes) == len(seeds) and outcomes[: settings.eval_rollouts] == at["outcomes"][name]
+                )
+                assert len(point["first_failed"][name]) == len(point["timed_out"][name]) == len(seeds)
     for row in first["summary"]["table"]:
         assert row["final"]["eval_units"] == len(seeds) * len(settings.training)
         assert row["method"] == "robocoach" or "paired_vs_robocoach" in row["final"]
-    assert "Final checkpoint on 4 initial states" in (config.output / "report.md").read_text()
+    assert "First and final checkpoints on 4 initial states" in (config.output / "report.md").read_text()
     assert (config.output / "final_success.png").exists()
     files = sorted((config.output / "runs").rglob("final_4.json"))
     assert len(files) == len(result["runs"])
-    stamps = {p: p.stat().st_mtime_ns for p in files}
+    # each start evaluated once and shared, like the curve's budget 0
+    assert sorted(p.parent for p in (config.output / "starts").rglob("final_4.json")) == sorted(
+        p.parent for p in (config.output / "starts").rglob("round_0.json")
+    )
+    stamps = {p: p.stat().st_mtime_ns for p in (config.output).rglob("final_4*.json")}
     again = run_experiment(more)  # read back, not deployed again
     assert again["runs"] == json.loads(json.dumps(first["runs"]))
-    assert {p: p.stat().st_mtime_ns for p in files} == stamps
+    assert {p: p.stat().st_mtime_ns for p in (config.output).rglob("final_4*.json")} == stamps
+
+
+def test_an_earlier_checkpoints_policy_loads_without_changing_which_adapters_are_active(experiment):
+    config, result = experiment
+    run = next(r for r in result["runs"] if r["method"] == "robocoach")
+    experts = config.output / "runs" / "robocoach" / ROBOT / f"seed{run['seed']}" / "experts"
+    start, last = run["checkpoints"][0]["versions"], run["checkpoints"][-1]["versions"]
+    trained = sorted(s for s in last if last[s] != start[s])
+    assert trained  # the coach retrained some expert
+    registry = AdapterRegistry(experts / ADAPTERS_DIR)
+    active = {s: registry.active_version(s) for s in registry.skills()}
+    earlier, loaded = load_policy(experts, METHODS["robocoach"], start)
+    bootstrap, _, _, _ = load_experts(config.run / "experts")
+    now, _ = load_policy(experts, METHODS["robocoach"])
+    assert loaded == start and {s: registry.active_version(s) for s in registry.skills()} == active == last
+    mine, theirs, newest = earlier.state_dict(), bootstrap.state_dict(), now.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)  # budget 0 is the bootstrap, exactly
+    assert any(not torch.equal(mine[k], newest[k]) for k in newest if f".{trained[0]}." in k)
 
 
 def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):

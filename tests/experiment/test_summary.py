@@ -129,7 +129,9 @@ def test_failed_trials_are_split_by_whether_the_expert_timed_out_or_the_judge_en
 def _with_final(run: dict, training: list[bool], held_out: list[bool]) -> dict:
     """`run` with a final evaluation on more states (`runner.final_evaluation`'s shape)."""
     point = {"outcomes": {"a": training, "h": held_out}}
-    return {**run, "final": {"eval_seeds": list(range(len(training))), "seconds": 1.0, "checkpoint": point}}
+    start = {"outcomes": {"a": [False] * (len(training) - 1) + [True], "h": [False] * len(held_out)}}
+    final = {"eval_seeds": list(range(len(training))), "seconds": 1.0, "start": start, "checkpoint": point}
+    return {**run, "final": final}
 
 
 def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_paired_tests():
@@ -148,6 +150,7 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
     assert coach["training_success_per_seed"] == [0.75, 0.25] and coach["training_success_mean"] == 0.5
     assert coach["training_wilson"] == pytest.approx(wilson_interval(4, 8))
     assert coach["held_out_success"] == 0.25 and uniform["training_success_mean"] == 0.125
+    assert coach["start_success"] == 0.25 and coach["start_wilson"] == pytest.approx(wilson_interval(2, 8))
     # paired by (seed, state): robocoach alone at seed 0's states 0, 3 and seed 1's state 0; uniform never
     test = uniform["paired_vs_robocoach"]["training"]
     assert (test["pairs"], test["only_robocoach"], test["only_baseline"]) == (8, 3, 0)
@@ -158,8 +161,12 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
     assert rows["modular_uniform"]["paired_vs_robocoach"]["training"]["only_robocoach"] == 0
     assert "final" not in rows["modular_random"]
     table = markdown(summary, [])
-    assert "Final checkpoint on 4 initial states per composition" in table
-    assert "| (e) modular_uniform | franka | 12% ± 12% [" in table and "3 vs 0 of 8, p = 0.25" in table
+    assert "First and final checkpoints on 4 initial states per composition" in table
+    assert (
+        "| (e) modular_uniform | franka | 25% [" in table
+        and "] | 12% ± 12% [" in table
+        and "3 vs 0 of 8, p = 0.25" in table
+    )
 
 
 def test_seeds_finally_evaluated_on_different_state_counts_are_an_error():

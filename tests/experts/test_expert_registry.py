@@ -49,6 +49,10 @@ def test_versions_parents_activation_and_listing(tmp_path, config):
     fresh = ExpertLibrary(config)
     assert registry.restore(fresh) == {"pick": 2, "place": 0}
     assert _same(fresh.skill_state_dict("pick"), lib.skill_state_dict("pick"))
+    registry.load(fresh, "pick", 1)  # an older version to look at: the live weights change, ACTIVE does not
+    assert _same(fresh.skill_state_dict("pick"), weights[1]) and registry.active_version("pick") == 2
+    with pytest.raises(AdapterLoadError, match="no adapter version 5"):
+        registry.load(fresh, "pick", 5)
 
 
 def test_failed_activation_keeps_the_old_version_active(tmp_path, config):

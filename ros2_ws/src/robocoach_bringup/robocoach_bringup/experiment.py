@@ -11,9 +11,10 @@ are done, <output>/experiment.json holds every number per seed and <output>/repo
 plots (success vs demo budget, held-out success, Budget AUC with intervals).
 
 The curve is evaluated on few initial states per checkpoint (`--eval-rollouts`); `--final-rollouts N`
-evaluates every finished run's last checkpoint again on N states per composition (the curve's and
-N - eval_rollouts more, `runner.final_evaluation`), and the report adds that comparison with its own
-intervals and paired tests: the claim the runs end on, on a sample that can separate methods.
+evaluates every finished run's first and last checkpoints again on N states per composition (the
+curve's and N - eval_rollouts more, `runner.final_evaluation`), and the report adds that comparison
+with its own intervals and paired tests: where the runs start and end, on a sample that can separate
+methods.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ class ExperimentConfig:
     # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain);
     # None: never (the paper's rule)
     min_gain: float | None = AllocationConfig.min_gain
-    # Evaluate every run's final checkpoint again on this many initial states per composition (the
-    # curve's and more), for the final comparison; None: the curve's states only.
+    # Evaluate every run's first and final checkpoints again on this many initial states per composition
+    # (the curve's and more), for the final comparison; None: the curve's states only.
     final_rollouts: int | None = None
     workers: int = 1  # runs in parallel processes (each runs one simulator and torch thread)
 
@@ -165,10 +166,11 @@ def _run(
     starts: Path,
     final_rollouts: int | None,
 ) -> dict:
-    """One run's result, with its final checkpoint on `final_rollouts` states under "final" if asked."""
+    """One run's result, with its first and last checkpoints on `final_rollouts` states under "final"
+    if asked."""
     result = run_one(inputs, run_dir, spec, settings, starts)
     if final_rollouts is not None:
-        result["final"] = final_evaluation(inputs, run_dir, spec, settings, final_rollouts)
+        result["final"] = final_evaluation(inputs, run_dir, spec, settings, final_rollouts, starts)
     return result
 
 

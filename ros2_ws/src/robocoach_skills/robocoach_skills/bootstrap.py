@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,8 +163,11 @@ def train_bootstrap_experts(
     return library, registry, metrics, losses
 
 
-def load_experts(root: Path) -> tuple[ExpertLibrary, AdapterRegistry, dict[str, int], dict[str, int]]:
-    """(library with every skill's active adapter, registry, active versions, deadlines) from `root`.
+def load_experts(
+    root: Path, versions: Mapping[str, int] | None = None
+) -> tuple[ExpertLibrary, AdapterRegistry, dict[str, int], dict[str, int]]:
+    """(library with every skill's active adapter, registry, active versions, deadlines) from `root`;
+    with `versions` (skill -> version), those adapters instead, ACTIVE left as it is.
 
     Raises ArtifactLoadError / AdapterLoadError with the offending path when something is corrupt.
     """
@@ -171,7 +175,12 @@ def load_experts(root: Path) -> tuple[ExpertLibrary, AdapterRegistry, dict[str, 
     registry = AdapterRegistry(root / ADAPTERS_DIR)
     for skill in registry.skills():
         library.add_skill(skill)
-    versions = registry.restore(library)
+    if versions is None:
+        versions = registry.restore(library)
+    else:
+        versions = dict(versions)
+        for skill, version in versions.items():
+            registry.load(library, skill, version)
     deadlines_file = root / DEADLINES_FILE
     deadlines = json.loads(deadlines_file.read_text()) if deadlines_file.exists() else {}
     return library, registry, versions, deadlines

@@ -97,14 +97,18 @@ class AdapterRegistry:
 
     def activate(self, library: ExpertLibrary, skill: str, version: int) -> AdapterMeta:
         """Load `version` into `library` and mark it active; on any failure the old one stays active."""
+        meta = self.load(library, skill, version)
+        self._set_active(skill, version)
+        return meta
+
+    def load(self, library: ExpertLibrary, skill: str, version: int) -> AdapterMeta:
+        """Load `version` into `library`, leaving ACTIVE as it is (e.g. to evaluate an older one)."""
         if version not in (known := self.versions(skill)):
             raise AdapterLoadError(f"skill {skill!r} has no adapter version {version}; it has {known}")
         path = self.path(skill, version)
         if self.meta(skill, version).version != version:
             raise AdapterLoadError(f"{path} says it is another version than {version}")
-        meta = load_adapter(library, skill, path)
-        self._set_active(skill, version)
-        return meta
+        return load_adapter(library, skill, path)
 
     def load_request(self, library: ExpertLibrary, skill: str, version: int, uri: str = "") -> AdapterMeta:
         """What a LoadAdapter call asks for: a version of this registry, or (`uri`) an adapter

@@ -183,17 +183,19 @@ def init_end_to_end(
         _save(policy, experts, composition.name, 0, {"demos_used": len(ids), "metrics": metrics})
 
 
-def load_end_to_end(experts: Path) -> tuple[EndToEndPolicy, dict[str, int]]:
-    """Every composition's policy at its newest version (a version is saved once, when trained)."""
+def load_end_to_end(
+    experts: Path, versions: Mapping[str, int] | None = None
+) -> tuple[EndToEndPolicy, dict[str, int]]:
+    """Every composition's policy at its newest version (a version is saved once, when trained), or
+    at `versions` (composition -> version)."""
     policy = EndToEndPolicy(load_backbone(experts / BACKBONE_DIR).config)
-    versions = {}
+    loaded = {}
     for folder in sorted((experts / POLICIES_DIR).iterdir()):
         policy.add_skill(folder.name)
-        versions[folder.name] = max(
-            int(m[1]) for p in folder.iterdir() if (m := VERSION_DIR.fullmatch(p.name))
-        )
-        _load(policy, experts, folder.name, versions[folder.name])
-    return policy, versions
+        newest = max(int(m[1]) for p in folder.iterdir() if (m := VERSION_DIR.fullmatch(p.name)))
+        loaded[folder.name] = newest if versions is None else versions[folder.name]
+        _load(policy, experts, folder.name, loaded[folder.name])
+    return policy, loaded
 
 
 class CompositionPolicy:

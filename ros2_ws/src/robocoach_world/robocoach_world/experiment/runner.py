@@ -25,7 +25,7 @@ import logging
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -177,21 +177,25 @@ def _shared_library(experts: Path) -> SharedAdapterPolicy:
     return library
 
 
-def restore_shared(experts: Path) -> tuple[SharedAdapterPolicy, AdapterRegistry, dict[str, int]]:
-    """Active versions of every skill, the shared adapter from the most recently trained one.
+def restore_shared(
+    experts: Path, versions: Mapping[str, int] | None = None
+) -> tuple[SharedAdapterPolicy, AdapterRegistry, dict[str, int]]:
+    """Active versions of every skill (or `versions`, ACTIVE left as it is), the shared adapter from
+    the most recently trained one.
 
-    Every published version carries the shared adapter as it was; activating the one trained last
+    Every published version carries the shared adapter as it was; loading the one trained last
     (highest coach round, then the last skill of that round, as improve_experts trains in skill order)
     last leaves the live shared adapter the newest.
     """
     library, registry = _shared_library(experts), AdapterRegistry(experts / ADAPTERS_DIR)
-    versions = {s: registry.active_version(s) for s in registry.skills()}
+    active = versions is None
+    versions = {s: registry.active_version(s) for s in registry.skills()} if active else dict(versions)
 
     def trained(skill: str) -> tuple[float, str]:
         return registry.meta(skill, versions[skill]).metrics.get(ROUND_METRIC, -1.0), skill
 
     for skill in sorted(versions, key=trained):
-        registry.activate(library, skill, versions[skill])
+        (registry.activate if active else registry.load)(library, skill, versions[skill])
     return library, registry, versions
 
 
@@ -222,15 +226,18 @@ def prepare(
         tmp.rename(target)
 
 
-def load_policy(experts: Path, method: Method) -> tuple[ChunkPolicy, dict[str, int]]:
-    """The run's policy with its active versions (skill, or (f) composition -> version)."""
+def load_policy(
+    experts: Path, method: Method, versions: Mapping[str, int] | None = None
+) -> tuple[ChunkPolicy, dict[str, int]]:
+    """The run's policy with its active versions (skill, or (f) composition -> version), or with
+    `versions` (an earlier checkpoint's), leaving which ones are active as it is."""
     if method.policy == PolicyKind.END_TO_END:
-        return load_end_to_end(experts)
+        return load_end_to_end(experts, versions)
     if method.policy == PolicyKind.SHARED_ADAPTER:
-        library, _, versions = restore_shared(experts)
-        return library, versions
-    library, _, versions, _ = load_experts(experts)
-    return library, versions
+        library, _, loaded = restore_shared(experts, versions)
+        return library, loaded
+    library, _, loaded, _ = load_experts(experts, versions)
+    return library, loaded
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -282,13 +289,17 @@ class _Run:
             self.teacher = Coach(config, coach, self.train, self.library, registry, self.store, ports)
         self.state = self.teacher.state
 
-    def skill_policy(self, composition: Composition, versions: dict[str, int]) -> SkillPolicy | None:
-        """What runs `composition`: the experts, or (f) its own policy (None: it has none)."""
-        if not isinstance(self.library, EndToEndPolicy):
-            return LibraryPolicy(self.library, versions)
-        if composition.name not in self.library.skills:
+    def skill_policy(
+        self, composition: Composition, versions: dict[str, int], library: ChunkPolicy | None = None
+    ) -> SkillPolicy | None:
+        """What runs `composition`: the experts, or (f) its own policy (None: it has none); the run's
+        live policy unless `library` is given."""
+        library = self.library if library is None else library
+        if not isinstance(library, EndToEndPolicy):
+            return LibraryPolicy(library, versions)
+        if composition.name not in library.skills:
             return None
-        return CompositionPolicy(self.library, composition, versions)
+        return CompositionPolicy(library, composition, versions)
 
     def router(self, policy: SkillPolicy) -> Router:
         """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
@@ -326,7 +337,7 @@ class _Run:
             return Checkpoint(**json.loads(path.read_text()))
         if index == 0 and self.starts is not None:
             folder = self.starts / start_key(self.spec, self.method)
-            point = shared_evaluation(folder, self._evaluate)
+            point = shared_evaluation(folder, lambda: self._evaluate(0))
             expected = {c.name: len(self.eval_seeds) for c in self.train + self.held_out}
             if {name: len(v) for name, v in point.outcomes.items()} != expected:
                 raise ValueError(
@@ -338,15 +349,24 @@ class _Run:
         replace_file_atomically(path, json_bytes(asdict(point)))
         return point
 
-    def _evaluate(self, index: int, seeds: list[int] | None = None) -> Checkpoint:
-        """The policy as it is now on `seeds` (default: the run's evaluation seeds)."""
-        start = time.perf_counter()
-        seeds = self.eval_seeds if seeds is None else seeds
-        versions = dict(self.state.adapter_versions)
+    def _evaluate(self, index: int) -> Checkpoint:
+        """The policy as it is now, on the run's evaluation seeds."""
         ids = self.state.received_ids()
-        point = Checkpoint(index, len(ids), self.frames(ids), versions)
+        point = Checkpoint(index, len(ids), self.frames(ids), dict(self.state.adapter_versions))
+        return self._deploy(point, self.library, self.eval_seeds)
+
+    def evaluate_again(self, point: Checkpoint, seeds: list[int]) -> Checkpoint:
+        """Checkpoint `point`'s policy (its versions, loaded afresh from the run's experts) on `seeds`."""
+        library, _ = load_policy(self.run_dir / "experts", self.method, point.versions)
+        library.to(self.device)
+        again = Checkpoint(point.round, point.demos, point.demo_frames, dict(point.versions))
+        return self._deploy(again, library, seeds)
+
+    def _deploy(self, point: Checkpoint, library: ChunkPolicy, seeds: list[int]) -> Checkpoint:
+        """Fill `point`'s outcomes: `library` at `point.versions`, one trial per composition and seed."""
+        start = time.perf_counter()
         for composition in self.train + self.held_out:
-            policy = self.skill_policy(composition, versions)
+            policy = self.skill_policy(composition, point.versions, library)
             if policy is None:  # never silently dropped: every trial counts as failed at subtask 0
                 point.unsupported.append(composition.name)
                 point.outcomes[composition.name] = [False] * len(seeds)
@@ -364,15 +384,22 @@ class _Run:
 
 
 def final_evaluation(
-    inputs: Path, run_dir: Path, spec: RunSpec, settings: RunSettings, rollouts: int
+    inputs: Path,
+    run_dir: Path,
+    spec: RunSpec,
+    settings: RunSettings,
+    rollouts: int,
+    starts: Path | None = None,
 ) -> dict:
-    """A finished run's final checkpoint on `rollouts` initial states per composition: the curve's
-    `settings.eval_rollouts` read back, and the rest (`evaluation_seeds(rollouts)`'s tail) deployed now.
+    """A finished run's first and last checkpoints on `rollouts` initial states per composition: the
+    curve's `settings.eval_rollouts` read back, the rest (`evaluation_seeds(rollouts)`'s tail) deployed.
 
-    The curve's few states per checkpoint show the trend; the claim a run ends on is tested here, on
-    enough states to separate methods. The tail's evaluation is its own file (`eval/final_<n>.json`),
-    so a finished one is read back and the run's settings, curve and result stay as they were.
-    Returns {"eval_seeds", "seconds", "checkpoint"}: the pooled final Checkpoint, outcomes in seed order.
+    The curve's few states per checkpoint show the trend; where a run starts and ends is tested here,
+    on enough states to separate methods. Each tail is its own file (`eval/final_<n>.json` and
+    `_start.json`; the start evaluated once in `starts`, shared like the curve's budget 0), so a
+    finished one is read back and the run's
+    settings, curve and result stay as they were. Returns {"eval_seeds", "seconds", "start",
+    "checkpoint"}: the pooled first and last Checkpoints, outcomes in seed order.
     """
     run_dir = Path(run_dir)
     if rollouts <= settings.eval_rollouts:
@@ -381,26 +408,50 @@ def final_evaluation(
         )
     if not (run_dir / DONE_FILE).exists():
         raise ValueError(f"{run_dir} has not finished: its final checkpoint is not there to evaluate")
-    final = Checkpoint(**json.loads((run_dir / RESULT_FILE).read_text())["checkpoints"][-1])
-    path = run_dir / "eval" / f"final_{rollouts}.json"
+    curve = [Checkpoint(**p) for p in json.loads((run_dir / RESULT_FILE).read_text())["checkpoints"]]
+    seeds, name, live = evaluation_seeds(rollouts)[settings.eval_rollouts :], f"final_{rollouts}", []
+
+    def tail(point: Checkpoint) -> Checkpoint:
+        if not live:  # built once, only when something is left to deploy
+            torch.set_num_threads(1)
+            live.append(_Run(Path(inputs), run_dir, spec, settings, None))
+        return live[0].evaluate_again(point, seeds)
+
+    def first() -> Checkpoint:  # the run keeps its own copy, as `_Run.checkpoint` does the curve's budget 0
+        if starts is None:
+            return tail(curve[0])
+        return shared_evaluation(starts / start_key(spec, METHODS[spec.method]), lambda: tail(curve[0]), name)
+
+    start = _evaluated_once(run_dir / "eval" / f"{name}_start.json", first)
+    final = _evaluated_once(run_dir / "eval" / f"{name}.json", lambda: tail(curve[-1]))
+    if live:
+        live[0].scene.close()
+    return {
+        "eval_seeds": evaluation_seeds(rollouts),
+        "seconds": start.seconds + final.seconds,
+        "start": asdict(_pooled(curve[0], start)),
+        "checkpoint": asdict(_pooled(curve[-1], final)),
+    }
+
+
+def _evaluated_once(path: Path, evaluate_it: Callable[[], Checkpoint]) -> Checkpoint:
+    """The checkpoint in `path`, or `evaluate_it()`, written there atomically."""
     if path.exists():
-        tail = Checkpoint(**json.loads(path.read_text()))
-    else:
-        torch.set_num_threads(1)
-        run = _Run(Path(inputs), run_dir, spec, settings, None)
-        if dict(run.state.adapter_versions) != final.versions:
-            raise ValueError(
-                f"{run_dir}: the policy on disk ({dict(run.state.adapter_versions)}) is not the final "
-                f"checkpoint's ({final.versions})"
-            )
-        tail = run._evaluate(final.round, evaluation_seeds(rollouts)[settings.eval_rollouts :])
-        run.scene.close()
-        replace_file_atomically(path, json_bytes(asdict(tail)))
-    pooled = replace(tail, seconds=final.seconds + tail.seconds)
+        return Checkpoint(**json.loads(path.read_text()))
+    point = evaluate_it()
+    replace_file_atomically(path, json_bytes(asdict(point)))
+    return point
+
+
+def _pooled(curve: Checkpoint, tail: Checkpoint) -> Checkpoint:
+    """One checkpoint's curve outcomes followed by its tail's: every per-trial list, in seed order."""
+    if tail.versions != curve.versions:
+        raise ValueError(f"evaluated versions {tail.versions}, the checkpoint's are {curve.versions}")
+    pooled = replace(tail)
     for field_name in ("outcomes", "first_failed", "timed_out"):
-        curve, more = getattr(final, field_name), getattr(tail, field_name)
-        setattr(pooled, field_name, {name: curve[name] + more[name] for name in curve})
-    return {"eval_seeds": evaluation_seeds(rollouts), "seconds": tail.seconds, "checkpoint": asdict(pooled)}
+        mine, more = getattr(curve, field_name), getattr(tail, field_name)
+        setattr(pooled, field_name, {c: mine[c] + more[c] for c in mine})
+    return pooled
 
 
 def start_key(spec: RunSpec, method: Method) -> str:
@@ -411,20 +462,23 @@ def start_key(spec: RunSpec, method: Method) -> str:
     return f"{method.policy}/{spec.robot}/seed{spec.seed}"
 
 
-def shared_evaluation(folder: Path, evaluate_start: Callable[[int], Checkpoint]) -> Checkpoint:
-    """The budget-0 checkpoint of `folder`'s runs, evaluated by the first to ask, read back by the rest.
+def shared_evaluation(
+    folder: Path, evaluate_start: Callable[[], Checkpoint], name: str = "round_0"
+) -> Checkpoint:
+    """The budget-0 checkpoint of `folder`'s runs (`name`: which evaluation of it), evaluated by the
+    first to ask, read back by the rest.
 
     Runs that start from the same policy, evaluated on the same seeds, would compute the same
     numbers; a lock file serialises parallel workers, so one evaluates and the others wait and read.
     A reader's copy has seconds 0: it spent nothing.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "round_0.json"
-    with open(folder / "round_0.lock", "w") as lock:
+    path = folder / f"{name}.json"
+    with open(folder / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return replace(Checkpoint(**json.loads(path.read_text())), seconds=0.0)
-        point = evaluate_start(0)
+        point = evaluate_start()
         replace_file_atomically(path, json_bytes(asdict(point)))
         return point
 

@@ -35,10 +35,10 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 
 
-def _outcomes(result: dict, checkpoint: int | None, names: Sequence[str]) -> list[bool]:
-    """Outcomes at a checkpoint (None: the final one on more states, `runner.final_evaluation`),
-    ordered by (composition, evaluation seed)."""
-    point = result["final"]["checkpoint"] if checkpoint is None else result["checkpoints"][checkpoint]
+def _outcomes(result: dict, checkpoint: int | str, names: Sequence[str]) -> list[bool]:
+    """Outcomes at a checkpoint, or ("start", "checkpoint") at the first or last one on the final
+    evaluation's states (`runner.final_evaluation`), ordered by (composition, evaluation seed)."""
+    point = result["final"][checkpoint] if isinstance(checkpoint, str) else result["checkpoints"][checkpoint]
     return [o for name in names for o in point["outcomes"][name]]
 
 
@@ -173,12 +173,15 @@ def _final(runs: Sequence[dict]) -> dict:
     rollouts = {len(r["final"]["eval_seeds"]) for r in runs}
     if len(rollouts) != 1:
         raise ValueError(f"seeds were finally evaluated on different numbers of states: {sorted(rollouts)}")
-    per_seed = [float(np.mean(_outcomes(r, None, r["training"]))) for r in runs]
-    train = [o for r in runs for o in _outcomes(r, None, r["training"])]
-    held = [o for r in runs for o in _outcomes(r, None, r["held_out"])]
+    per_seed = [float(np.mean(_outcomes(r, "checkpoint", r["training"]))) for r in runs]
+    train = [o for r in runs for o in _outcomes(r, "checkpoint", r["training"])]
+    held = [o for r in runs for o in _outcomes(r, "checkpoint", r["held_out"])]
+    start = [o for r in runs for o in _outcomes(r, "start", r["training"])]
     return {
         "eval_rollouts": rollouts.pop(),
         "eval_units": len(train),
+        "start_success": float(np.mean(start)),  # training compositions, every seed pooled
+        "start_wilson": wilson_interval(sum(start), len(start)),
         "training_success_per_seed": per_seed,
         "training_success_mean": float(np.mean(per_seed)),
         "training_success_std": float(np.std(per_seed)),
@@ -199,10 +202,10 @@ def _paired_tests(table: list[dict], groups: dict[tuple[str, str], list[dict]]) 
         mine = {r["seed"]: r for r in groups[(row["method"], row["robot"])]}
         row["paired_vs_robocoach"] = _paired(reference, mine, -1)
         if "final" in row and all("final" in r for r in reference):
-            row["final"]["paired_vs_robocoach"] = _paired(reference, mine, None)
+            row["final"]["paired_vs_robocoach"] = _paired(reference, mine, "checkpoint")
 
 
-def _paired(reference: Sequence[dict], mine: dict[int, dict], checkpoint: int | None) -> dict[str, dict]:
+def _paired(reference: Sequence[dict], mine: dict[int, dict], checkpoint: int | str) -> dict[str, dict]:
     """Exact McNemar per split over the (seed, composition, initial state) units both methods ran."""
     tests = {}
     for split in ("training", "held_out"):
@@ -348,16 +351,17 @@ def _final_table(rows: Sequence[dict]) -> list[str]:
         return []
     lines = [
         "",
-        f"Final checkpoint on {rows[0]['final']['eval_rollouts']} initial states per composition (the "
-        "curve's and more, `--final-rollouts`), the same states for every method:",
+        f"First and final checkpoints on {rows[0]['final']['eval_rollouts']} initial states per "
+        "composition (the curve's and more, `--final-rollouts`), the same states for every method:",
         "",
-        "| method | arm | training success (mean ± std; 95% Wilson, pooled) | per seed | held-out "
-        "| vs RoboCoach (McNemar, training) | vs RoboCoach (McNemar, held-out) |",
-        "|---|---|---|---|---|---|---|",
+        "| method | arm | training success at budget 0 (pooled) | final training success (mean ± std; "
+        "95% Wilson, pooled) | per seed | held-out | vs RoboCoach (McNemar, training) "
+        "| vs RoboCoach (McNemar, held-out) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         f = r["final"]
-        (lo, hi), (hlo, hhi) = f["training_wilson"], f["held_out_wilson"]
+        (lo, hi), (hlo, hhi), (slo, shi) = f["training_wilson"], f["held_out_wilson"], f["start_wilson"]
         tests = f.get("paired_vs_robocoach", {})
         versus = [
             f"{t['only_robocoach']} vs {t['only_baseline']} of {t['pairs']}, p = {t['p_value']:.3g}"
@@ -367,6 +371,7 @@ def _final_table(rows: Sequence[dict]) -> list[str]:
         ]
         lines.append(
             f"| ({r['letter']}) {r['method']} | {r['robot']} "
+            f"| {f['start_success']:.0%} [{slo:.0%}, {shi:.0%}] "
             f"| {f['training_success_mean']:.0%} ± {f['training_success_std']:.0%} [{lo:.0%}, {hi:.0%}] "
             f"| {', '.join(f'{x:.0%}' for x in f['training_success_per_seed'])} "
             f"| {f['held_out_success']:.0%} [{hlo:.0%}, {hhi:.0%}] | {versus[0]} | {versus[1]} |"
