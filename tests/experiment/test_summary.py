@@ -142,6 +142,8 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
         _with_final(_run("modular_uniform", 0, curve, held), [F, F, T, F], [F, F]),
         _with_final(_run("modular_uniform", 1, curve, held), [F, F, F, F], [F, T]),
         _run("modular_random", 0, curve, held),  # no final evaluation: no final row, no final test
+        _with_final(_run("shared_uniform", 0, curve, held), [F, F, F, F], [F, F]),
+        _with_final(_run("shared_uniform", 1, curve, held), [F, F, F, F], [F, F]),
     ]
     summary = summarize(results)
     rows = {r["method"]: r for r in summary["table"]}
@@ -150,7 +152,8 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
     assert coach["training_success_per_seed"] == [0.75, 0.25] and coach["training_success_mean"] == 0.5
     assert coach["training_wilson"] == pytest.approx(wilson_interval(4, 8))
     assert coach["held_out_success"] == 0.25 and uniform["training_success_mean"] == 0.125
-    assert coach["start_success"] == 0.25 and coach["start_wilson"] == pytest.approx(wilson_interval(2, 8))
+    # both seeds start from the bootstrap experts: one evaluation of 4 states, not 8 units
+    assert coach["start_success"] == 0.25 and coach["start_wilson"] == pytest.approx(wilson_interval(1, 4))
     # paired by (seed, state): robocoach alone at seed 0's states 0, 3 and seed 1's state 0; uniform never
     test = uniform["paired_vs_robocoach"]["training"]
     assert (test["pairs"], test["only_robocoach"], test["only_baseline"]) == (8, 3, 0)
@@ -160,6 +163,8 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
     # the curve's last checkpoint is tested as before: both methods identical there
     assert rows["modular_uniform"]["paired_vs_robocoach"]["training"]["only_robocoach"] == 0
     assert "final" not in rows["modular_random"]
+    shared = rows["shared_uniform"]["final"]  # a shared adapter is fitted per seed: two starts, 8 units
+    assert shared["start_success"] == 0.25 and shared["start_wilson"] == pytest.approx(wilson_interval(2, 8))
     table = markdown(summary, [])
     assert "First and final checkpoints on 4 initial states per composition" in table
     assert (

@@ -6,7 +6,7 @@
 
 Each (method, arm, seed) run lives in <output>/runs/<method>/<arm>/seed<k>/ (robocoach_world.experiment.
 runner): a finished one is read back, an interrupted one resumes through its persisted state. Runs that
-start from the same policy share its budget-0 evaluation, in <output>/starts/ (`runner.start_key`). When all
+start from the same policy share its budget-0 evaluation, in <output>/starts/ (`Method.start_key`). When all
 are done, <output>/experiment.json holds every number per seed and <output>/report.md the table and
 plots (success vs demo budget, held-out success, Budget AUC with intervals).
 

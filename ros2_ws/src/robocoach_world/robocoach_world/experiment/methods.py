@@ -79,6 +79,13 @@ class Method:
         """
         return self.allocation == TARGETED and not self.blind
 
+    def start_key(self, robot: str, seed: int) -> str:
+        """Which runs start from the same policy: every modular method of an arm (the bootstrap experts,
+        whatever the seed), and per seed the shared-adapter ones (fitted under that seed); (f) alone."""
+        if self.policy == PolicyKind.MODULAR:
+            return f"{self.policy}/{robot}"
+        return f"{self.policy}/{robot}/seed{seed}"
+
 
 REFERENCE = "robocoach"  # the method every other one is tested against
 ROUND_ROBIN = "round_robin"  # (f)'s allocation: whole-task demo slot k goes to composition k mod n

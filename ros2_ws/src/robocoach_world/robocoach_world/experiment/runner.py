@@ -336,7 +336,7 @@ class _Run:
         if path.exists():
             return Checkpoint(**json.loads(path.read_text()))
         if index == 0 and self.starts is not None:
-            folder = self.starts / start_key(self.spec, self.method)
+            folder = self.starts / self.method.start_key(self.spec.robot, self.spec.seed)
             point = shared_evaluation(folder, lambda: self._evaluate(0))
             expected = {c.name: len(self.eval_seeds) for c in self.train + self.held_out}
             if {name: len(v) for name, v in point.outcomes.items()} != expected:
@@ -420,7 +420,8 @@ def final_evaluation(
     def first() -> Checkpoint:  # the run keeps its own copy, as `_Run.checkpoint` does the curve's budget 0
         if starts is None:
             return tail(curve[0])
-        return shared_evaluation(starts / start_key(spec, METHODS[spec.method]), lambda: tail(curve[0]), name)
+        key = METHODS[spec.method].start_key(spec.robot, spec.seed)
+        return shared_evaluation(starts / key, lambda: tail(curve[0]), name)
 
     start = _evaluated_once(run_dir / "eval" / f"{name}_start.json", first)
     final = _evaluated_once(run_dir / "eval" / f"{name}.json", lambda: tail(curve[-1]))
@@ -452,14 +453,6 @@ def _pooled(curve: Checkpoint, tail: Checkpoint) -> Checkpoint:
         mine, more = getattr(curve, field_name), getattr(tail, field_name)
         setattr(pooled, field_name, {c: mine[c] + more[c] for c in mine})
     return pooled
-
-
-def start_key(spec: RunSpec, method: Method) -> str:
-    """Which runs start from the same policy: every modular method of an arm (the bootstrap experts,
-    whatever the seed), and per seed the shared-adapter ones (fitted under that seed); (f) alone."""
-    if method.policy == PolicyKind.MODULAR:
-        return f"{method.policy}/{spec.robot}"
-    return f"{method.policy}/{spec.robot}/seed{spec.seed}"
 
 
 def shared_evaluation(

@@ -176,11 +176,13 @@ def _final(runs: Sequence[dict]) -> dict:
     per_seed = [float(np.mean(_outcomes(r, "checkpoint", r["training"]))) for r in runs]
     train = [o for r in runs for o in _outcomes(r, "checkpoint", r["training"])]
     held = [o for r in runs for o in _outcomes(r, "checkpoint", r["held_out"])]
-    start = [o for r in runs for o in _outcomes(r, "start", r["training"])]
+    # a start shared by several seeds (Method.start_key) is one evaluation: counted once
+    starts = {METHODS[r["method"]].start_key(r["robot"], r["seed"]): r for r in runs}
+    start = [o for r in starts.values() for o in _outcomes(r, "start", r["training"])]
     return {
         "eval_rollouts": rollouts.pop(),
         "eval_units": len(train),
-        "start_success": float(np.mean(start)),  # training compositions, every seed pooled
+        "start_success": float(np.mean(start)),  # training compositions, every distinct start pooled
         "start_wilson": wilson_interval(sum(start), len(start)),
         "training_success_per_seed": per_seed,
         "training_success_mean": float(np.mean(per_seed)),
