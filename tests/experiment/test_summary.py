@@ -127,10 +127,20 @@ def test_failed_trials_are_split_by_whether_the_expert_timed_out_or_the_judge_en
 
 
 def _with_final(run: dict, training: list[bool], held_out: list[bool]) -> dict:
-    """`run` with a final evaluation on more states (`runner.final_evaluation`'s shape)."""
-    point = {"outcomes": {"a": training, "h": held_out}}
-    start = {"outcomes": {"a": [False] * (len(training) - 1) + [True], "h": [False] * len(held_out)}}
-    final = {"eval_seeds": list(range(len(training))), "seconds": 1.0, "start": start, "checkpoint": point}
+    """`run` with a final evaluation on more states (`runner.final_evaluation`'s shape). A failed trial
+    of "a" failed at its second subtask (press) at the end, at its first (pick) at the start."""
+
+    def point(a: list[bool], h: list[bool], failed_at: int) -> dict:
+        first = {"a": [-1 if ok else failed_at for ok in a], "h": [-1 if ok else 0 for ok in h]}
+        return {"outcomes": {"a": a, "h": h}, "first_failed": first}
+
+    start = point([False] * (len(training) - 1) + [True], [False] * len(held_out), 0)
+    final = {
+        "eval_seeds": list(range(len(training))),
+        "seconds": 1.0,
+        "start": start,
+        "checkpoint": point(training, held_out, 1),
+    }
     return {**run, "final": final}
 
 
@@ -163,6 +173,9 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
     # the curve's last checkpoint is tested as before: both methods identical there
     assert rows["modular_uniform"]["paired_vs_robocoach"]["training"]["only_robocoach"] == 0
     assert "final" not in rows["modular_random"]
+    # subtasks, deployed: at the start one of 4 trials picks (and presses); at the end every trial picks
+    assert coach["subtask_start"] == {"pick(cube)": [1, 4], "press(button)": [1, 1]}
+    assert coach["subtask_final"] == {"pick(cube)": [8, 8], "press(button)": [4, 8]}
     shared = rows["shared_uniform"]["final"]  # a shared adapter is fitted per seed: two starts, 8 units
     assert shared["start_success"] == 0.25 and shared["start_wilson"] == pytest.approx(wilson_interval(2, 8))
     table = markdown(summary, [])
@@ -172,6 +185,13 @@ def test_the_final_evaluation_on_more_states_gets_its_own_rates_intervals_and_pa
         and "] | 12% ± 12% [" in table
         and "3 vs 0 of 8, p = 0.25" in table
     )
+    pick, press = (
+        next(line for line in table.splitlines() if line.startswith(f"| {s} | "))
+        for s in ("pick(cube)", "press(button)")
+    )
+    assert (
+        "| 1/4 (25%) -> 8/8 (100%) |" in pick and "| 1/1 (100%) -> 4/8 (50%) |" in press
+    )  # robocoach's cells
 
 
 def test_seeds_finally_evaluated_on_different_state_counts_are_an_error():

@@ -22,7 +22,7 @@ one that had): the judge's share of the failures, in deployment.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +191,26 @@ def _final(runs: Sequence[dict]) -> dict:
         "held_out_success": float(np.mean(held)),
         "held_out_wilson": wilson_interval(sum(held), len(held)),
         "seconds": sum(r["final"]["seconds"] for r in runs),
+        "subtask_start": _completed_when_reached(starts.values(), "start"),
+        "subtask_final": _completed_when_reached(runs, "checkpoint"),
     }
+
+
+def _completed_when_reached(runs: Iterable[dict], key: str) -> dict[str, list[int]]:
+    """Per subtask of the training compositions: [completed, reached] over the final evaluation's trials
+    at `key` ("start" or "checkpoint"). A trial reaches the subtasks up to the one it failed first at
+    and completes those before it: what each method's demos did to each subtask, deployed."""
+    counts: dict[str, list[int]] = {}
+    for r in runs:
+        point = r["final"][key]
+        for name in r["training"]:
+            subtasks = r["subtasks"][name]
+            for first in point["first_failed"][name]:
+                for i, subtask in enumerate(subtasks[: len(subtasks) if first < 0 else first + 1]):
+                    tally = counts.setdefault(subtask, [0, 0])
+                    tally[0] += first < 0 or i < first
+                    tally[1] += 1
+    return counts
 
 
 def _paired_tests(table: list[dict], groups: dict[tuple[str, str], list[dict]]) -> None:
@@ -339,6 +358,8 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
     ]
     lines += ["", *notes] if notes else []
     lines += _final_table(summary["table"])
+    for robot in sorted({r["robot"] for r in summary["table"] if "final" in r}):
+        lines += _subtask_table([r for r in summary["table"] if r["robot"] == robot and "final" in r], robot)
     lines += _phase_table(summary["table"])
     lines += ["", " ".join(f"![{Path(f).stem}]({Path(f).name})" for f in files)]
     for robot in sorted({r["robot"] for r in summary["table"]}):
@@ -379,6 +400,35 @@ def _final_table(rows: Sequence[dict]) -> list[str]:
             f"| {f['held_out_success']:.0%} [{hlo:.0%}, {hhi:.0%}] | {versus[0]} | {versus[1]} |"
         )
     return lines
+
+
+def _subtask_table(rows: Sequence[dict], robot: str) -> list[str]:
+    """One arm's subtasks, deployed: completed / reached at each method's start and end (final states)."""
+    reached: Counter[str] = Counter()
+    for r in rows:
+        reached.update({s: c[1] for s, c in r["final"]["subtask_final"].items()})
+    lines = [
+        "",
+        f"{robot} subtasks on those states, training compositions: completed / reached at budget 0 -> "
+        "at the end (a trial reaches the subtasks up to the one it failed first at):",
+        "",
+        "| subtask | " + " | ".join(f"({r['letter']}) {r['method']}" for r in rows) + " |",
+        "|---|" + "---|" * len(rows),
+    ]
+    for subtask, _ in sorted(reached.items(), key=lambda kv: (-kv[1], kv[0])):
+        cells = [
+            " -> ".join(
+                _rate(r["final"][key].get(subtask, [0, 0])) for key in ("subtask_start", "subtask_final")
+            )
+            for r in rows
+        ]
+        lines.append(f"| {subtask} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _rate(tally: Sequence[int]) -> str:
+    done, n = tally
+    return f"{done}/{n} ({done / n:.0%})" if n else "0/0"
 
 
 PHASES = ("imagine", "collect", "improve", "evaluate")  # runner.run_one's phase_seconds, in round order
