@@ -17,6 +17,11 @@ whether the demos went where the failures are, and whether the failures there th
 each failed trial ended (`_failure_endings`): the expert ran out of time on the subtask that failed, or
 the judge ended a subtask wrongly (confirmed one the simulator did not see complete, or never confirmed
 one that had): the judge's share of the failures, in deployment.
+
+Runs evaluated again on more states (`runner.final_evaluation`, `--final-rollouts`) get a `final` block:
+start and end success with Wilson intervals (a start shared by seeds counted once), McNemar against
+RoboCoach on the end, and per subtask the deployed completions when reached. Runs that timed their
+phases get the compute per method and phase.
 """
 
 from __future__ import annotations
