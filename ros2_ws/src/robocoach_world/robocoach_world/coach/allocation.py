@@ -11,7 +11,10 @@ With `AllocationConfig.min_gain` set (0.05 by default), the pairs of experts who
 lift imagined success when reached by that much (`unresponsive_experts`, from the coach's earlier
 rounds) are set aside before the strategy runs, as long as some other pair fails too: demos an
 expert does not learn from are better spent where another one may (docs/results.md: in session 41,
-175 of 300 demos went to picks that did not improve deployed; session 42 measures the rule).
+175 of 300 demos went to picks that did not improve deployed). Measured on 20 states per composition
+(session 43), it neither helps nor hurts: Franka, three seeds, 16% at 150 demos with it, 15% without,
+17% for uniform acquisition. Its verdict rests on imagined gains, and CoachWorld imagines picks near 0%
+where a third complete deployed: it set aside a pick expert that had learned.
 
 >>> ALLOCATORS["top_m"]([0.5, 0.3, 0.1], 11, AllocationConfig())
 [6, 5, 0]
@@ -54,7 +57,7 @@ class AllocationConfig:
     top_m: int = 2  # M of the top_m strategy (the paper's 2)
     # Set an expert's pairs aside while the pairs its last demos went to stay below their imagined success
     # when reached in that round + min_gain (unresponsive_experts); None: never (the paper's rule). Franka,
-    # three seeds: 20% at 150 demos against 13% for uniform acquisition (docs/results.md, session 42).
+    # three seeds, 20 states per composition: 16% at 150 demos, 15% without it (docs/results.md, session 43).
     min_gain: float | None = 0.05
 
     def __post_init__(self) -> None:

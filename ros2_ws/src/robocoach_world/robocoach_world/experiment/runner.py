@@ -397,9 +397,9 @@ def final_evaluation(
     The curve's few states per checkpoint show the trend; where a run starts and ends is tested here,
     on enough states to separate methods. Each tail is its own file (`eval/final_<n>.json` and
     `_start.json`; the start evaluated once in `starts`, shared like the curve's budget 0), so a
-    finished one is read back and the run's
-    settings, curve and result stay as they were. Returns {"eval_seeds", "seconds", "start",
-    "checkpoint"}: the pooled first and last Checkpoints, outcomes in seed order.
+    finished one is read back and the run's settings, curve and result stay as they were. Returns
+    {"eval_seeds", "seconds", "start", "checkpoint"}: the pooled first and last Checkpoints, outcomes in
+    seed order.
     """
     run_dir = Path(run_dir)
     if rollouts <= settings.eval_rollouts:

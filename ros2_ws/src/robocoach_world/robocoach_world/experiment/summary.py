@@ -174,7 +174,8 @@ def summarize(results: Sequence[dict]) -> dict:
 
 
 def _final(runs: Sequence[dict]) -> dict:
-    """The final checkpoint on every run's `final_evaluation` states: success per seed and pooled."""
+    """The first and final checkpoints on every run's `final_evaluation` states: success at the start,
+    at the end per seed and pooled, and per subtask."""
     rollouts = {len(r["final"]["eval_seeds"]) for r in runs}
     if len(rollouts) != 1:
         raise ValueError(f"seeds were finally evaluated on different numbers of states: {sorted(rollouts)}")
@@ -373,7 +374,7 @@ def markdown(summary: dict, files: Sequence[Path]) -> str:
 
 
 def _final_table(rows: Sequence[dict]) -> list[str]:
-    """The last checkpoint again, on the final evaluation's states (rows that have one)."""
+    """The first and last checkpoints again, on the final evaluation's states (rows that have one)."""
     rows = [r for r in rows if "final" in r]
     if not rows:
         return []
