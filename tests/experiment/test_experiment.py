@@ -201,7 +201,12 @@ def test_an_earlier_checkpoints_policy_loads_without_changing_which_adapters_are
 def test_fidelity_imagines_every_modular_checkpoint_once_against_its_deployed_trials(experiment):
     config, result = experiment
     fidelity = FidelityConfig(experiments=(config.output,), rollouts=2)
+    runs = {
+        p: p.stat().st_mtime_ns for p in [*(config.output / "runs").rglob("*"), *config.run.rglob("ACTIVE")]
+    }
     first = run_fidelity(fidelity)
+    # reading the runs' and the bootstrap's experts writes nothing there (ACTIVE included)
+    assert {p: p.stat().st_mtime_ns for p in runs} == runs
     settings, _ = PROFILES["reduced"]
     compositions = [*settings.training, *settings.held_out]
     modular = [r for r in result["runs"] if METHODS[r["method"]].policy == PolicyKind.MODULAR]

@@ -33,19 +33,17 @@ from tqdm import tqdm
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.checkpoint import json_bytes, jsonable, replace_file_atomically
 from robocoach_skills.device import select_device
-from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 from robocoach_world.experiment.ports import InitialObservations
 from robocoach_world.experiment.runner import (
     EXPERIMENT_FILE,
     Checkpoint,
+    Deployment,
     RunSettings,
     RunSpec,
-    compositions_of,
 )
 from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
-from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.world.artifacts import load_world
 
 log = logging.getLogger("robocoach.fidelity")
@@ -135,27 +133,25 @@ class _Arm:
         self, inputs: Path, world: Path, robot: str, settings: RunSettings, seeds: list[int]
     ) -> None:
         self.device = select_device()
-        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, self.device)
+        self.deployment = Deployment(inputs, robot, settings, self.device)  # its judge, scene and tasks
         self.world, _ = load_world(world, self.device)
-        self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
-        self.observations = InitialObservations(self.scene, seeds)
+        self.observations = InitialObservations(self.deployment.scene, seeds)
         self.seeds = seeds
-        train, held_out = compositions_of(robot, settings)
-        self.compositions = train + held_out
+        self.compositions = self.deployment.train + self.deployment.held_out
 
     def imagine(self, policy: PolicyCheckpoint, imagination: ImaginationConfig) -> list[dict]:
         """One row per composition the checkpoint was evaluated on."""
-        library, registry, _, _ = load_experts(policy.experts)
-        for skill, version in policy.checkpoint.versions.items():
-            registry.activate(library, skill, version)
+        # the checkpoint's versions, loaded without touching which ones the run has active
+        library, _, _, _ = load_experts(policy.experts, policy.checkpoint.versions)
         library.to(self.device)
+        judge, deadlines = self.deployment.detector_args, self.deployment.deadlines
         rows = []
         for composition in tqdm(self.compositions, desc=policy.label, unit="composition", leave=False):
             images, proprio = self.observations(composition)
             trials = imagine_composition(
-                self.world, self.detector_args["judge"], library, self.deadlines, composition, images,
+                self.world, judge["judge"], library, deadlines, composition, images,
                 proprio, imagination, versions=policy.checkpoint.versions, initial_seeds=self.seeds,
-                verdict=self.detector_args["verdict"],
+                verdict=judge["verdict"],
             )  # fmt: skip
             deployed = policy.checkpoint.first_failed[composition.name]
             rows.append(
@@ -205,7 +201,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
         log.info("imagined %s on %s: %d compositions", policy.label, policy.robot, len(new))
         rows += new
     for arm in imaginers.values():
-        arm.scene.close()
+        arm.deployment.close()
     measures = fidelity_measures(rows, out, key=_pair_name)
     per_arm = {}
     if len(arms) > 1:

@@ -240,6 +240,60 @@ def load_policy(
     return library, loaded
 
 
+# ---------------------------------------------------------------------------------- deployment
+class Deployment:
+    """Deploys a policy on the simulator as the executor runs it: the judge switches subtasks under
+    its calibrated deadlines, the simulator's ground truth scores each trial. One per (run, arm); all
+    a final evaluation needs, so it does not rebuild the run's coach."""
+
+    def __init__(self, inputs: Path, robot: str, settings: RunSettings, device: torch.device) -> None:
+        self.robot = robot
+        self.train, self.held_out = compositions_of(robot, settings)
+        self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
+        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, device)
+
+    def router(self, policy: SkillPolicy) -> Router:
+        """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
+        config = RouterConfig(
+            detector="judge", skill_deadline_steps=self.deadlines.per_skill(self.robot, policy.skills())
+        )
+        return Router(policy, config, self.detector_args)
+
+    def deploy(self, point: Checkpoint, library: ChunkPolicy, seeds: list[int]) -> Checkpoint:
+        """Fill `point`'s outcomes: `library` at `point.versions`, one trial per composition and seed."""
+        start = time.perf_counter()
+        for composition in self.train + self.held_out:
+            policy = skill_policy(library, composition, point.versions)
+            if policy is None:  # never silently dropped: every trial counts as failed at subtask 0
+                point.unsupported.append(composition.name)
+                point.outcomes[composition.name] = [False] * len(seeds)
+                point.first_failed[composition.name] = [0] * len(seeds)
+                point.timed_out[composition.name] = [0] * len(seeds)
+                continue
+            result = evaluate(self.router(policy), self.scene, composition, seeds)
+            point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
+            point.first_failed[composition.name] = [
+                int(t.ground_truth["first_failed"]) for t in result.trials
+            ]
+            point.timed_out[composition.name] = [t.timed_out_index for t in result.trials]
+        point.seconds = time.perf_counter() - start
+        return point
+
+    def close(self) -> None:
+        self.scene.close()
+
+
+def skill_policy(
+    library: ChunkPolicy, composition: Composition, versions: dict[str, int]
+) -> SkillPolicy | None:
+    """What runs `composition`: the experts, or (f) its own policy (None: it has none)."""
+    if not isinstance(library, EndToEndPolicy):
+        return LibraryPolicy(library, versions)
+    if composition.name not in library.skills:
+        return None
+    return CompositionPolicy(library, composition, versions)
+
+
 # ---------------------------------------------------------------------------------- the run
 class _Run:
     """The live pieces of one run; `checkpoint(k)` evaluates the policy as it is now."""
@@ -249,15 +303,15 @@ class _Run:
     ) -> None:
         self.spec, self.settings, self.run_dir, self.starts = spec, settings, run_dir, starts
         self.method = METHODS[spec.method]
-        self.train, self.held_out = compositions_of(spec.robot, settings)
-        prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
         # one device for every model of the run: adapter updates move the policy to `select_device`
         self.device = select_device()
+        self.deployment = Deployment(inputs, spec.robot, settings, self.device)
+        self.train, self.held_out = self.deployment.train, self.deployment.held_out
+        self.scene = self.deployment.scene  # the operator's and imagination's scene too
+        prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
         self.library, versions = load_policy(run_dir / "experts", self.method)
         self.library.to(self.device)
         self.store = EpisodeStore(run_dir / "episodes")
-        self.scene = SimScene(SceneConfig(robot=spec.robot, image_size=settings.image_size))
-        self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", spec.robot, self.device)
         self.eval_seeds = evaluation_seeds(settings.eval_rollouts)
         schedule = CoachConfig(  # every method's: budget, rounds, update steps and replay
             budget=settings.budget,
@@ -289,26 +343,6 @@ class _Run:
             self.teacher = Coach(config, coach, self.train, self.library, registry, self.store, ports)
         self.state = self.teacher.state
 
-    def skill_policy(
-        self, composition: Composition, versions: dict[str, int], library: ChunkPolicy | None = None
-    ) -> SkillPolicy | None:
-        """What runs `composition`: the experts, or (f) its own policy (None: it has none); the run's
-        live policy unless `library` is given."""
-        library = self.library if library is None else library
-        if not isinstance(library, EndToEndPolicy):
-            return LibraryPolicy(library, versions)
-        if composition.name not in library.skills:
-            return None
-        return CompositionPolicy(library, composition, versions)
-
-    def router(self, policy: SkillPolicy) -> Router:
-        """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
-        config = RouterConfig(
-            detector="judge",
-            skill_deadline_steps=self.deadlines.per_skill(self.spec.robot, policy.skills()),
-        )
-        return Router(policy, config, self.detector_args)
-
     def frames(self, episode_ids: Iterable[str]) -> int:
         return sum(self.store.meta(e).length for e in episode_ids)
 
@@ -321,13 +355,16 @@ class _Run:
                 num_rollouts=s.imagined_rollouts, num_world_seeds=s.num_world_seeds,
                 agreement=min(2, s.num_world_seeds), horizon=s.horizon, seed=seed,
             )  # fmt: skip
+            judge = self.deployment.detector_args
             return WorldModelTargets(
-                world, self.detector_args["judge"], self.detector_args["verdict"], self.deadlines,
+                world, judge["judge"], judge["verdict"], self.deployment.deadlines,
                 self.library, InitialObservations(self.scene, seeds), imagination,
             )  # fmt: skip
         if self.method.targets == Targets.DEPLOYED:
             return DeployedTargets(
-                lambda versions: self.router(LibraryPolicy(self.library, versions)), self.scene, seeds
+                lambda versions: self.deployment.router(LibraryPolicy(self.library, versions)),
+                self.scene,
+                seeds,
             )
         return PriorTargets(self.method.targets == Targets.RANDOM, seeds, seed, s.imagined_rollouts)
 
@@ -353,34 +390,7 @@ class _Run:
         """The policy as it is now, on the run's evaluation seeds."""
         ids = self.state.received_ids()
         point = Checkpoint(index, len(ids), self.frames(ids), dict(self.state.adapter_versions))
-        return self._deploy(point, self.library, self.eval_seeds)
-
-    def evaluate_again(self, point: Checkpoint, seeds: list[int]) -> Checkpoint:
-        """Checkpoint `point`'s policy (its versions, loaded afresh from the run's experts) on `seeds`."""
-        library, _ = load_policy(self.run_dir / "experts", self.method, point.versions)
-        library.to(self.device)
-        again = Checkpoint(point.round, point.demos, point.demo_frames, dict(point.versions))
-        return self._deploy(again, library, seeds)
-
-    def _deploy(self, point: Checkpoint, library: ChunkPolicy, seeds: list[int]) -> Checkpoint:
-        """Fill `point`'s outcomes: `library` at `point.versions`, one trial per composition and seed."""
-        start = time.perf_counter()
-        for composition in self.train + self.held_out:
-            policy = self.skill_policy(composition, point.versions, library)
-            if policy is None:  # never silently dropped: every trial counts as failed at subtask 0
-                point.unsupported.append(composition.name)
-                point.outcomes[composition.name] = [False] * len(seeds)
-                point.first_failed[composition.name] = [0] * len(seeds)
-                point.timed_out[composition.name] = [0] * len(seeds)
-                continue
-            result = evaluate(self.router(policy), self.scene, composition, seeds)
-            point.outcomes[composition.name] = [bool(t.ground_truth["success"]) for t in result.trials]
-            point.first_failed[composition.name] = [
-                int(t.ground_truth["first_failed"]) for t in result.trials
-            ]
-            point.timed_out[composition.name] = [t.timed_out_index for t in result.trials]
-        point.seconds = time.perf_counter() - start
-        return point
+        return self.deployment.deploy(point, self.library, self.eval_seeds)
 
 
 def final_evaluation(
@@ -410,23 +420,29 @@ def final_evaluation(
         raise ValueError(f"{run_dir} has not finished: its final checkpoint is not there to evaluate")
     curve = [Checkpoint(**p) for p in json.loads((run_dir / RESULT_FILE).read_text())["checkpoints"]]
     seeds, name, live = evaluation_seeds(rollouts)[settings.eval_rollouts :], f"final_{rollouts}", []
+    method = METHODS[spec.method]
 
     def tail(point: Checkpoint) -> Checkpoint:
+        """`point`'s policy, at its versions, loaded afresh from the run's experts, on `seeds`."""
         if not live:  # built once, only when something is left to deploy
             torch.set_num_threads(1)
-            live.append(_Run(Path(inputs), run_dir, spec, settings, None))
-        return live[0].evaluate_again(point, seeds)
+            live.append(Deployment(Path(inputs), spec.robot, settings, select_device()))
+        library, _ = load_policy(run_dir / "experts", method, point.versions)
+        library.to(select_device())
+        again = Checkpoint(point.round, point.demos, point.demo_frames, dict(point.versions))
+        return live[0].deploy(again, library, seeds)
 
     def first() -> Checkpoint:  # the run keeps its own copy, as `_Run.checkpoint` does the curve's budget 0
         if starts is None:
             return tail(curve[0])
-        key = METHODS[spec.method].start_key(spec.robot, spec.seed)
-        return shared_evaluation(starts / key, lambda: tail(curve[0]), name)
+        return shared_evaluation(
+            starts / method.start_key(spec.robot, spec.seed), lambda: tail(curve[0]), name
+        )
 
     start = _evaluated_once(run_dir / "eval" / f"{name}_start.json", first)
     final = _evaluated_once(run_dir / "eval" / f"{name}.json", lambda: tail(curve[-1]))
     if live:
-        live[0].scene.close()
+        live[0].close()
     return {
         "eval_seeds": evaluation_seeds(rollouts),
         "seconds": start.seconds + final.seconds,
@@ -534,7 +550,7 @@ def run_one(
         phases[str(run.teacher.step())] += time.perf_counter() - tic
         if run.state.round > closed:
             points.append(run.checkpoint(run.state.round))
-    run.scene.close()
+    run.deployment.close()
     result = {
         "method": spec.method,
         "robot": spec.robot,
