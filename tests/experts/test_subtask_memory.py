@@ -68,3 +68,32 @@ def test_library_policy_looks_at_each_subtask_s_first_frame_once(library, monkey
     policy.reset()
     policy.act({OBS_IMAGE: frames[0], OBS_PROPRIO: proprio}, Subtask("place", "bin"), "franka")
     assert looked == ["pick", "place"]
+
+
+def test_library_policy_skips_the_done_head_between_chunks_where_nobody_reads_it(library, monkeypatch):
+    size = library.config.image_size
+    chunk = min(LibraryPolicy(library).config.n_action_steps, library.config.chunk_len)  # steps per chunk
+    frames = np.random.default_rng(1).integers(0, 256, (2 * chunk + 1, size, size, 3), dtype=np.uint8)
+    proprio = pad("franka", np.append(get_arm("franka").home, 0.5).astype(np.float32))
+    subtask = Subtask("pick", "red_cube")
+
+    def run(need_done: bool) -> tuple[list[np.ndarray], list[float]]:
+        policy, actions, dones = LibraryPolicy(library), [], []
+        for frame in frames:
+            action, done = policy.act({OBS_IMAGE: frame, OBS_PROPRIO: proprio}, subtask, "franka", need_done)
+            actions.append(action)
+            dones.append(done)
+        return actions, dones
+
+    actions, dones = run(True)
+    heads = []
+    real = library.done_probability
+    monkeypatch.setattr(library, "done_probability", lambda *a: heads.append(1) or real(*a))
+    skipped, unread = run(False)
+    assert not heads  # the done head alone never ran
+    for t, (a, b) in enumerate(zip(actions, skipped, strict=True)):
+        np.testing.assert_array_equal(a, b)  # the same actions
+        if t % chunk == 0:  # a new chunk: its done probability comes with it
+            assert unread[t] == pytest.approx(dones[t])
+        else:
+            assert np.isnan(unread[t]) and not np.isnan(dones[t])

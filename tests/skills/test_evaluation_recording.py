@@ -26,7 +26,9 @@ class Still:
     def reset(self) -> None:
         self.target = None
 
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
+    def act(
+        self, obs: dict, subtask: Subtask, robot: str, need_done: bool = True
+    ) -> tuple[np.ndarray, float]:
         if self.target is None:
             self.target = obs["proprio"].copy()
         return self.target, 0.0

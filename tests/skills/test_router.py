@@ -9,7 +9,14 @@ import pytest
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.evaluation import HeldTruthDetector, evaluate, evaluation_seeds, success_rate
 from robocoach_skills.operator import OperatorConfig, ScriptedOperator
-from robocoach_skills.router import OUTCOME_SUCCESS, OUTCOME_TIMEOUT, Router, RouterConfig, UnknownSkillError
+from robocoach_skills.router import (
+    OUTCOME_SUCCESS,
+    OUTCOME_TIMEOUT,
+    Router,
+    RouterConfig,
+    TrialMonitor,
+    UnknownSkillError,
+)
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.tasks import training_compositions
 
@@ -19,6 +26,7 @@ class HoldStill:
 
     def __init__(self, skills=("pick", "place", "push"), done: float = 0.0):
         self._skills, self.done, self.resets = tuple(skills), done, 0
+        self.asked: set[bool] = set()  # the need_done flags the router passed
 
     def skills(self):
         return self._skills
@@ -29,7 +37,8 @@ class HoldStill:
     def reset(self):
         self.resets += 1
 
-    def act(self, obs, subtask, robot):
+    def act(self, obs, subtask, robot, need_done=True):
+        self.asked.add(need_done)
         return np.append(obs["proprio"][:-1], 1.0), self.done
 
 
@@ -43,7 +52,7 @@ class Replay(HoldStill):
     def reset(self):  # the replay keeps its place across subtask switches
         pass
 
-    def act(self, obs, subtask, robot):
+    def act(self, obs, subtask, robot, need_done=True):
         t = min(self.t, len(self.episode) - 1)
         self.t += 1
         index = self.episode.subtask_index
@@ -91,6 +100,25 @@ def test_a_premature_switch_is_a_ground_truth_failure(scene):
     assert trial.outcome == OUTCOME_SUCCESS  # as far as the router knows
     assert trial.switch_steps == [2 * (i + 1) for i in range(len(composition.subtasks))]
     assert not trial.ground_truth["success"] and trial.ground_truth["first_failed"] == 0
+
+
+def test_the_router_asks_for_the_done_probability_only_where_the_detector_or_the_monitor_reads_it(scene):
+    composition = training_compositions("franka")[0]
+
+    class Watching(TrialMonitor):
+        reads_done_probability = True
+
+    def asked(detector: str | None, monitor: TrialMonitor | None = None) -> set[bool]:
+        policy = HoldStill(skills=composition.skills)
+        router = Router(policy, RouterConfig(deadline_steps=3))
+        if detector == "held_truth":  # reads the simulator, not the expert
+            router.detector = HeldTruthDetector(router.config, scene, 0)
+        router.run(scene, composition, evaluation_seeds(1)[0], monitor)
+        return policy.asked
+
+    assert asked("done_head") == {True}
+    assert asked("held_truth") == {False}
+    assert asked("held_truth", Watching()) == {True}
 
 
 @pytest.mark.slow

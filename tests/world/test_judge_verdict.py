@@ -405,7 +405,7 @@ class _Idle:
     def reset(self):
         pass
 
-    def act(self, obs, subtask, robot):
+    def act(self, obs, subtask, robot, need_done=True):
         return np.zeros(8), 0.0
 
     def version(self, skill):

@@ -70,6 +70,8 @@ class HeldTruthDetector(CompletionDetector):
     deployment paces it, not on video that moved on at completion.
     """
 
+    reads_done_probability = False
+
     def __init__(self, config: RouterConfig, scene: SimScene, hold_steps: int) -> None:
         if hold_steps < 0:
             raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")

@@ -29,7 +29,11 @@ class SkillPolicy(Protocol):
 
     def reset(self) -> None: ...  # forget queued actions (called at every subtask switch)
 
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]: ...  # (action, done)
+    def act(
+        self, obs: dict, subtask: Subtask, robot: str, need_done: bool = True
+    ) -> tuple[np.ndarray, float]:
+        """(action, done probability); with `need_done` False the probability may be NaN: neither the
+        detector nor the monitor reads it."""
 
     def version(self, skill: str) -> int: ...  # active adapter version of the skill's expert
 
@@ -45,6 +49,8 @@ class RobotEnv(Protocol):
 class TrialMonitor:
     """Hooks called as the router moves through a trial; the default watches nothing."""
 
+    reads_done_probability = False  # on_step's done_prob is NaN unless a monitor that reads it says so
+
     def on_subtask_start(self, index: int) -> None: ...
 
     def on_subtask_end(self, index: int, confirmed: bool) -> None: ...
@@ -55,6 +61,10 @@ class TrialMonitor:
 # ------------------------------------------------------------------------------ completion detectors
 class CompletionDetector(ABC):
     """Decides, step by step, whether the active subtask is complete."""
+
+    # Whether update() reads the expert's done probability. One that does not (the judge) spares the
+    # expert a vision pass at every step between action chunks: a quarter of a deployed step's time.
+    reads_done_probability = True
 
     @abstractmethod
     def reset(self, subtask: Subtask) -> None: ...
@@ -170,13 +180,14 @@ class Router:
         versions = {skill: self.policy.version(skill) for skill in skills}
         switches: list[int] = []
         steps, outcome, timed_out = 0, OUTCOME_SUCCESS, -1
+        need_done = self.detector.reads_done_probability or monitor.reads_done_probability
         for index, (subtask, skill) in enumerate(route):
             self.policy.reset()
             self.detector.reset(subtask)
             monitor.on_subtask_start(index)
             confirmed = False
             for _ in range(self.config.deadline(skill)):
-                action, done_prob = self.policy.act(obs, subtask, composition.robot)
+                action, done_prob = self.policy.act(obs, subtask, composition.robot, need_done)
                 obs = env.step(action)
                 steps += 1
                 monitor.on_step(index, obs, done_prob)

@@ -1,8 +1,9 @@
 """Run an expert library step by step for the router: numpy observations in, native actions out.
 
-The library predicts a chunk of K future actions at every step (from a fresh observation, so the
-done probability is always current); `n_action_steps` of each chunk are executed before the next
-chunk is taken (1 = re-plan every step, K = open-loop chunks, as in ACT). The first frame after each
+The library predicts a chunk of K future actions; `n_action_steps` of each chunk are executed before
+the next chunk is taken (1 = re-plan every step, K = open-loop chunks, as in ACT). Between chunks the
+done probability is computed from the fresh observation, unless the router says nobody reads it
+(`need_done`: the judge switches subtasks), which spares a vision pass per step. The first frame after each
 `reset` (the router resets at every subtask switch) is the subtask's first frame, which the experts
 read where the object was before the hand covered it (`ExpertConfig.argument_memory`): its keypoints
 are computed once, then passed with every later call.
@@ -13,6 +14,7 @@ are computed once, then passed with every later call.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,7 +92,11 @@ class LibraryPolicy:
         self._queue.clear()
         self._start = None
 
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
+    def act(
+        self, obs: dict, subtask: Subtask, robot: str, need_done: bool = True
+    ) -> tuple[np.ndarray, float]:
+        if self._queue and not need_done:  # between chunks only the done head would run: nobody reads it
+            return self._queue.popleft(), math.nan
         batch = observation_batch([obs], [robot], [subtask], self.library.device)
         if self.library.config.argument_memory:
             if self._start is None:

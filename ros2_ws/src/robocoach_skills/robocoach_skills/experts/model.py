@@ -541,12 +541,14 @@ class ChunkPolicy(nn.Module, ABC):
     def _inference(self) -> Iterator[None]:
         """Eval mode without autograd for the block; the previous mode is restored after it."""
         was_training = self.training
-        self.eval()
+        if was_training:  # switching walks every submodule: a tenth of a deployed step's time
+            self.eval()
         try:
             with torch.inference_mode():
                 yield
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
 
     def _check_obs(self, obs: Batch) -> None:
         proprio, robot = obs[OBS_PROPRIO], obs[KEY_ROBOT_ID]

@@ -53,13 +53,17 @@ class LockedPolicy(LibraryPolicy):
         super().__init__(*args, **kwargs)
         self.lock = lock
 
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
+    def act(
+        self, obs: dict, subtask: Subtask, robot: str, need_done: bool = True
+    ) -> tuple[np.ndarray, float]:
         with self.lock:
-            return super().act(obs, subtask, robot)
+            return super().act(obs, subtask, robot, need_done)
 
 
 class FeedbackMonitor(TrialMonitor):
     """Streams ExecuteTask feedback and turns a cancel request into GoalCanceledError."""
+
+    reads_done_probability = True  # shown as the subtask's progress
 
     def __init__(self, goal_handle, skills: list[str]) -> None:
         self.goal_handle, self.skills = goal_handle, skills

@@ -219,8 +219,10 @@ class CompositionPolicy:
     def reset(self) -> None:
         self.runner.reset()
 
-    def act(self, obs: dict, subtask: Subtask, robot: str) -> tuple[np.ndarray, float]:
-        return self.runner.act(obs, self.task, robot)
+    def act(
+        self, obs: dict, subtask: Subtask, robot: str, need_done: bool = True
+    ) -> tuple[np.ndarray, float]:
+        return self.runner.act(obs, self.task, robot, need_done)
 
 
 # ---------------------------------------------------------------------------------- the rounds

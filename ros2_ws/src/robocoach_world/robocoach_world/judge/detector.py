@@ -30,6 +30,8 @@ from robocoach_world.judge.verdict import BatchedJudge, Deadlines, DoneRule, Ver
 class JudgeDetector(CompletionDetector):
     """Done once the judge's done score on the frames since the subtask started passes the rule."""
 
+    reads_done_probability = False
+
     def __init__(
         self, config: RouterConfig, judge: ProgressJudge, robot: str, verdict: VerdictConfig | None = None
     ) -> None:
