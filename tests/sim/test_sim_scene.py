@@ -28,6 +28,7 @@ def scene(request):
         ({"physics_dt": 1.0}, "physics_dt"),
         ({"interpolation_chunks": 0}, "interpolation_chunks"),
         ({"settle_time": -1.0}, "settle_time"),
+        ({"antialias_samples": -1}, "antialias_samples"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, message):
@@ -163,3 +164,16 @@ def test_render_false_gives_proprio_only():
     obs = scene.reset(training_compositions("piper")[0], seed=0)
     assert OBS_IMAGE not in obs and obs[OBS_PROPRIO].shape == (7,)
     scene.close()
+
+
+def test_without_anti_aliasing_only_edges_change(scene):
+    """The same state rendered without multisampling: same frame size, the same colours away from
+    edges, some edge pixels different (what bench/deployed_step.py trades for render time)."""
+    comp = training_compositions(scene.config.robot)[0]
+    smooth = scene.reset(comp, seed=5)[OBS_IMAGE]
+    sharp_scene = SimScene(SceneConfig(robot=scene.config.robot, image_size=64, antialias_samples=0))
+    sharp = sharp_scene.reset(comp, seed=5)[OBS_IMAGE]
+    sharp_scene.close()
+    difference = np.abs(smooth.astype(np.int16) - sharp.astype(np.int16)).max(axis=-1)
+    assert sharp.shape == smooth.shape and difference.any()
+    assert np.median(difference) == 0 and (difference > 16).mean() < 0.2
