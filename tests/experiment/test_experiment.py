@@ -26,7 +26,7 @@ from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.evaluation import evaluation_seeds
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
-from robocoach_world.experiment.fidelity import FidelityConfig, _claim, run_fidelity
+from robocoach_world.experiment.fidelity import FidelityConfig, _claim, checkpoints_to_imagine, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 from robocoach_world.experiment.runner import load_policy
 
@@ -178,6 +178,37 @@ def test_a_final_evaluation_on_more_states_extends_every_runs_first_and_last_che
     again = run_experiment(more)  # read back, not deployed again
     assert again["runs"] == json.loads(json.dumps(first["runs"]))
     assert {p: p.stat().st_mtime_ns for p in (config.output).rglob("final_4*.json")} == stamps
+
+
+def test_fidelity_on_the_final_evaluation_pairs_each_runs_start_and_end_with_their_final_trials(experiment):
+    config, _ = experiment
+    settings, _ = PROFILES["reduced"]
+    final = run_experiment(
+        dataclasses.replace(config, final_rollouts=settings.eval_rollouts + 2)
+    )  # read back
+    modular = [r for r in final["runs"] if METHODS[r["method"]].policy == PolicyKind.MODULAR]
+    fidelity = FidelityConfig(
+        experiments=(config.output,), rollouts=2, final=True, out=config.output / "fid_f"
+    )
+    result = run_fidelity(fidelity)
+    assert result["checkpoints"] == 1 + len(modular)  # the shared start once, then every run's end
+    start = modular[0]["final"]["start"]
+    for run in modular:
+        end = run["final"]["checkpoint"]
+        ended = f"{run['method']}/seed{run['seed']}@{end['demos']}"
+        for label, point in ((ended, end), ("start", start)):
+            rows = {r["composition"]: r for r in result["rows"] if r["policy"] == label}
+            assert sorted(rows) == sorted(point["first_failed"])
+            for name, row in rows.items():  # the final evaluation's trials, all of its states
+                assert row["deployed_first_failed"] == point["first_failed"][name]
+                assert len(row["deployed_first_failed"]) == settings.eval_rollouts + 2
+    assert "as the final evaluation deployed them" in (fidelity.out_dir / "fidelity.md").read_text()
+    with pytest.raises(ValueError, match="choose a fresh --out"):  # curve rows never mix with final ones
+        run_fidelity(dataclasses.replace(fidelity, final=False))
+    run = {**modular[0]}
+    run.pop("final")
+    with pytest.raises(ValueError, match="--final-rollouts"):
+        checkpoints_to_imagine({"config": {"run": "x"}, "runs": [run]}, config.output, (), final=True)
 
 
 def test_an_earlier_checkpoints_policy_loads_without_changing_which_adapters_are_active(experiment):

@@ -10,6 +10,10 @@ checkpoint's adapter versions) in the experiment's CoachWorld from the same seed
 observations, judged by the same judge, so the task-policy pairs for issue 5's fidelity measures are
 (composition, checkpoint) over every method: many expert versions for the price of imagination alone.
 
+With `--final`, the pairs are where each run started and ended as its final evaluation deployed them
+(`robocoach experiment --final-rollouts N`: N states per composition, not the curve's few), so each
+pair's deployed success is a rate over N trials rather than a handful.
+
 Modular methods only: their checkpoints are adapter versions in the run's own registry. The
 budget-0 checkpoint of an arm's modular runs is one policy (the bootstrap) and counts once. Each
 checkpoint's rows are written to <out>/rows/ as they finish, so an interrupted run resumes; what they
@@ -49,6 +53,7 @@ from robocoach_world.world.artifacts import load_world
 log = logging.getLogger("robocoach.fidelity")
 
 START = "start"  # the label of an arm's budget-0 checkpoint, shared by its modular runs
+WHERE_FINAL = " (the start and each run's last, as the final evaluation deployed them)"
 
 
 @dataclass
@@ -68,6 +73,9 @@ class FidelityConfig:
     # against the same deployed trials is a fair comparison; another judge is not (it switched the
     # deployed subtasks).
     world: Path | None = None
+    # pairs from the runs' final evaluations (start and last checkpoint on `--final-rollouts` states)
+    # instead of every checkpoint of the curve; the experiments must have been run with that flag
+    final: bool = False
 
     def __post_init__(self) -> None:
         if not self.experiments:
@@ -105,8 +113,11 @@ class PolicyCheckpoint:
         return self.label.replace("/", "_").replace("@", "_at") + f"_{self.robot}.json"
 
 
-def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...]) -> list[PolicyCheckpoint]:
-    """Every modular run's checkpoints (the shared budget-0 one once per arm), in the experiment's order."""
+def checkpoints_to_imagine(
+    experiment: dict, root: Path, methods: tuple[str, ...], final: bool = False
+) -> list[PolicyCheckpoint]:
+    """Every modular run's checkpoints (the shared budget-0 one once per arm), in the experiment's order;
+    `final`: each run's start and last checkpoint as its final evaluation deployed them."""
     inputs = Path(experiment["config"]["run"])
     policies, started = [], set()
     for run in experiment["runs"]:
@@ -114,7 +125,7 @@ def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...
         if method.policy != PolicyKind.MODULAR or (methods and method.name not in methods):
             continue
         run_dir = root / "runs" / RunSpec(run["method"], run["robot"], run["seed"]).key
-        for point in (Checkpoint(**c) for c in run["checkpoints"]):
+        for point in (Checkpoint(**c) for c in _deployed(run, root, final)):
             if point.round == 0:
                 if run["robot"] in started:
                     continue
@@ -124,6 +135,18 @@ def checkpoints_to_imagine(experiment: dict, root: Path, methods: tuple[str, ...
                 label = f"{run['method']}/seed{run['seed']}@{point.demos}"
                 policies.append(PolicyCheckpoint(label, run["robot"], run_dir / "experts", point))
     return policies
+
+
+def _deployed(run: dict, root: Path, final: bool) -> list[dict]:
+    """The run's deployed checkpoints: its curve, or (`final`) its final evaluation's start and end."""
+    if not final:
+        return run["checkpoints"]
+    if "final" not in run:
+        raise ValueError(
+            f"{root}: run {run['method']}/{run['robot']}/seed{run['seed']} has no final evaluation: "
+            "rerun the experiment with --final-rollouts, or drop --final"
+        )
+    return [run["final"]["start"], run["final"]["checkpoint"]]
 
 
 class _Arm:
@@ -172,7 +195,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
     policies = [
         p
         for source in sources
-        for p in checkpoints_to_imagine(source.experiment, source.path, config.methods)
+        for p in checkpoints_to_imagine(source.experiment, source.path, config.methods, config.final)
     ]
     if not policies:
         chosen = ", ".join(config.methods) or "all"
@@ -238,6 +261,7 @@ class _Source:
     settings: RunSettings
     imagination: ImaginationConfig
     world: Path
+    final: bool  # pairs from the final evaluation (FidelityConfig.final)
 
     @classmethod
     def load(cls, path: Path, config: FidelityConfig) -> _Source:
@@ -253,21 +277,24 @@ class _Source:
             seed=config.seed,
         )
         inputs = Path(experiment["config"]["run"])
-        return cls(path, experiment, inputs, settings, imagination, config.world or inputs / "world")
+        world = config.world or inputs / "world"
+        return cls(path, experiment, inputs, settings, imagination, world, config.final)
 
     @property
     def robots(self) -> list[str]:
         return list(dict.fromkeys(run["robot"] for run in self.experiment["runs"]))
 
     def eval_seeds(self, robot: str) -> list[int]:
-        return next(run["eval_seeds"] for run in self.experiment["runs"] if run["robot"] == robot)
+        """The arm's deployed initial states, which imagination starts from too."""
+        run = next(run for run in self.experiment["runs"] if run["robot"] == robot)
+        return run["final"]["eval_seeds"] if self.final else run["eval_seeds"]
 
     @property
     def setup(self) -> dict:
         """What an arm's rows are imagined with: the record that keeps rows of other setups apart."""
         return {
             "experiment": str(self.path), "world": str(self.world), "judge": str(self.inputs / "judge"),
-            **asdict(self.imagination),
+            "deployed": "final" if self.final else "curve", **asdict(self.imagination),
         }  # fmt: skip
 
 
@@ -290,7 +317,8 @@ def _report(config: FidelityConfig, result: dict) -> str:
         f"# Imagined vs deployed: {', '.join(map(str, config.experiments))}",
         "",
         f"{len(result['rows'])} task-policy pairs: {result['checkpoints']} checkpoints of the modular "
-        f"methods, each composition deployed from the experiment's evaluation seeds and imagined "
+        f"methods{WHERE_FINAL if config.final else ''}, each composition deployed from the "
+        f"{'final evaluation' if config.final else 'experiment'}'s evaluation seeds and imagined "
         f"{config.rollouts} times from the same initial states ({config.num_world_seeds} world seeds, "
         f"{config.agreement} must agree), in CoachWorld ({worlds}).",
     ]
