@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from robocoach_skills.tasks import get_composition
-from robocoach_world.fidelity import pair_row
+from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginedTrial
 from robocoach_world.records import TrialRecord
 
@@ -42,3 +42,18 @@ def test_a_pair_without_valid_imagined_trials_has_no_imagined_measures():
 def test_a_pair_needs_one_deployed_trial_per_seed():
     with pytest.raises(ValueError, match="2 seeds but 1 deployed trials"):
         pair_row(COMPOSITION, [10, 11], [0], [])
+
+
+def test_per_skill_counts_each_subtask_completed_where_reached_deployed_and_imagined(tmp_path):
+    seeds = [10, 11, 12]
+    # press_push: press then push. Deployed: a success, a failed press, a failed push ->
+    # press reached 3, completed 2; push reached 2, completed 1.
+    # Imagined (valid): -1, -1, 0, 1 -> press reached 4, completed 3; push reached 3, completed 2.
+    trials = [_trial(-1, 10), _trial(-1, 11), _trial(0, 12), _trial(1, 10), _trial(1, 11, valid=False)]
+    row = pair_row(COMPOSITION, seeds, [-1, 0, 1], trials, robot="franka", policy="start")
+    measures = fidelity_measures([row], tmp_path, key=lambda r: r["policy"])
+    assert measures["per_skill"] == {
+        "franka press_button": {"deployed": [2, 3], "imagined": [3, 4]},
+        "franka push": {"deployed": [1, 2], "imagined": [2, 3]},
+    }
+    assert "| franka push | 1/2 = 50% | 2/3 = 67% |" in fidelity_markdown(measures)

@@ -87,6 +87,20 @@ def subtask_completion(first_failed: Sequence[int], n_subtasks: int) -> float:
     return float(np.mean(np.where(failed < 0, n_subtasks, failed)) / n_subtasks)
 
 
+def tally_reached(first_failed: Sequence[int], subtasks: Sequence[str], counts: dict[str, list[int]]) -> None:
+    """Add trials of one composition to `counts` (subtask label -> [completed, reached]): a trial
+    reaches the subtasks up to the one it failed first at (-1: none) and completes those before it.
+
+    Per subtask, completed / reached is how often it succeeds where it is tried, whatever comes before
+    it: what a composition-level rate hides.
+    """
+    for first in first_failed:
+        for i, subtask in enumerate(subtasks[: len(subtasks) if first < 0 else first + 1]):
+            tally = counts.setdefault(subtask, [0, 0])
+            tally[0] += first < 0 or i < first
+            tally[1] += 1
+
+
 def first_failure_agreement(reference: Sequence[int], other: Sequence[int]) -> float:
     """Fraction of paired trials (same initial state) whose first failed subtask is the same (-1 = none)."""
     a, b = (np.asarray(v, dtype=int) for v in (reference, other))

@@ -3,8 +3,10 @@
 A pair is one composition run by one policy checkpoint, deployed from a set of initial states and
 imagined from the same ones. `pair_row` turns both sides into one row; `fidelity_measures` gives
 Spearman, Pearson and MMRV of imagined vs deployed success and subtask completion over the rows (with
-a scatter plot each), and the first-failure agreement of paired trials. The main job's evaluation
-stage and `robocoach fidelity` (over a finished experiment) both report through these two.
+a scatter plot each), the first-failure agreement of paired trials, and per skill how often it
+completes where reached, deployed and imagined (a world or judge biased on one skill shows there).
+The main job's evaluation stage and `robocoach fidelity` (over a finished experiment) both report
+through these two.
 
     row = pair_row(composition, seeds, deployed_first_failed, trials, robot="franka", policy="round 1")
     measures = fidelity_measures(rows, out_dir, key=lambda r: f"{r['robot']}:{r['composition']}")
@@ -18,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from robocoach_skills.composition import Composition
-from robocoach_skills.measures import first_failure_agreement, subtask_completion
+from robocoach_skills.measures import first_failure_agreement, subtask_completion, tally_reached
+from robocoach_skills.tasks import get_composition
 from robocoach_world.coach.plots import plot_imagined_vs_deployed
 from robocoach_world.imagine import ImaginedTrial
 
@@ -86,7 +89,28 @@ def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], 
     deployed = [f for r in rows for f in r["paired_deployed_first_failed"]]
     imagined = [f for r in rows for f in r["imagined_first_failed"]]
     agreement = first_failure_agreement(deployed, imagined) if imagined else None
-    return {"fidelity": fidelity, "first_failure_agreement": agreement, "files": files}
+    return {
+        "fidelity": fidelity,
+        "first_failure_agreement": agreement,
+        "per_skill": per_skill(rows),
+        "files": files,
+    }
+
+
+def per_skill(rows: Sequence[dict]) -> dict[str, dict[str, list[int]]]:
+    """ "<robot> <skill>" -> {"deployed": [completed, reached], "imagined": [...]} over the rows' trials
+    (imagined: the valid ones). A skill imagined to complete far more (or less) often than it does
+    deployed is where the world model or the judge on its frames is wrong, whatever the pairs' ranks say.
+    """
+    sides: dict[str, dict[str, list[int]]] = {"deployed": {}, "imagined": {}}
+    for r in rows:
+        skills = [f"{r['robot']} {s}" for s in get_composition(r["robot"], r["composition"]).skills]
+        tally_reached(r["deployed_first_failed"], skills, sides["deployed"])
+        tally_reached(r["imagined_first_failed"], skills, sides["imagined"])
+    return {
+        skill: {side: counts.get(skill, [0, 0]) for side, counts in sides.items()}
+        for skill in sorted({*sides["deployed"], *sides["imagined"]})
+    }
 
 
 def fidelity_markdown(measures: dict) -> list[str]:
@@ -104,5 +128,18 @@ def fidelity_markdown(measures: dict) -> list[str]:
             "",
             f"The first failed subtask of an imagined trial is the deployed trial's from the same initial "
             f"state in {measures['first_failure_agreement']:.0%} of valid imagined trials.",
+        ]
+    if measures.get("per_skill"):
+        rate = lambda c: f"{c[0]}/{c[1]} = {c[0] / c[1]:.0%}" if c[1] else "-"  # noqa: E731
+        lines += [
+            "",
+            "Per skill, subtasks completed where reached:",
+            "",
+            "| skill | deployed | imagined |",
+            "|---|---|---|",
+            *(
+                f"| {s} | {rate(c['deployed'])} | {rate(c['imagined'])} |"
+                for s, c in measures["per_skill"].items()
+            ),
         ]
     return lines

@@ -33,7 +33,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from robocoach_skills.measures import budget_auc, mcnemar_exact, paired_discordance, wilson_interval
+from robocoach_skills.measures import (
+    budget_auc,
+    mcnemar_exact,
+    paired_discordance,
+    tally_reached,
+    wilson_interval,
+)
 from robocoach_world.experiment.methods import METHODS, REFERENCE
 
 BOOTSTRAP_SAMPLES = 2000
@@ -208,14 +214,8 @@ def _completed_when_reached(runs: Iterable[dict], key: str) -> dict[str, list[in
     and completes those before it: what each method's demos did to each subtask, deployed."""
     counts: dict[str, list[int]] = {}
     for r in runs:
-        point = r["final"][key]
         for name in r["training"]:
-            subtasks = r["subtasks"][name]
-            for first in point["first_failed"][name]:
-                for i, subtask in enumerate(subtasks[: len(subtasks) if first < 0 else first + 1]):
-                    tally = counts.setdefault(subtask, [0, 0])
-                    tally[0] += first < 0 or i < first
-                    tally[1] += 1
+            tally_reached(r["final"][key]["first_failed"][name], r["subtasks"][name], counts)
     return counts
 
 
