@@ -43,11 +43,13 @@ def test_fidelity_on_completion_is_defined_where_success_is_constant(tmp_path):
     # Every trial fails the whole task (success constant 0: rank correlations undefined), but the
     # trials got 0, 1 or 1.5 subtasks of 2 far on average: completion ranks the pairs.
     rows = [
-        _row("a", 0, deployed=[0, 0], imagined=[0, 0], paired=[0, 0]),
-        _row("a", 2, deployed=[1, 0], imagined=[1, 1], paired=[1, 0]),
-        _row("b", 0, deployed=[1, 1], imagined=[1, 0], paired=[1, 1]),
-        _row("b", 2, deployed=[1, 1], imagined=[], paired=[]),  # no valid imagined trial: left out
-        *(_row("held", b, deployed=[0, 0], imagined=[], paired=[], held_out=True) for b in (0, 2)),
+        _row("press_push", 0, deployed=[0, 0], imagined=[0, 0], paired=[0, 0]),
+        _row("press_push", 2, deployed=[1, 0], imagined=[1, 1], paired=[1, 0]),
+        _row("open_then_press", 0, deployed=[1, 1], imagined=[1, 0], paired=[1, 1]),
+        _row(
+            "open_then_press", 2, deployed=[1, 1], imagined=[], paired=[]
+        ),  # no valid imagined trial: left out
+        *(_row("push_then_press", b, deployed=[0, 0], imagined=[], paired=[], held_out=True) for b in (0, 2)),
     ]
     plots = _plots(rows, tmp_path)
     success, completion = plots["fidelity"]["success"], plots["fidelity"]["completion"]
@@ -57,6 +59,13 @@ def test_fidelity_on_completion_is_defined_where_success_is_constant(tmp_path):
     assert completion["mmrv"] == pytest.approx(mmrv(real=[0, 0.25, 0.5], sim=[0, 0.5, 0.25]))
     # (deployed, imagined) first failures of the 6 imagined trials: (0,0) (0,0) (1,1) (0,1) (1,1) (1,0)
     assert plots["first_failure_agreement"] == pytest.approx(4 / 6)
+    # per skill, [completed, reached]: e.g. the press, deployed 0+1 of 2+2 in press_push, 0 of 2+2 after
+    # the drawer; imagined 0+2 of 2+2, 0 of 1
+    assert plots["per_skill"] == {
+        "piper open_drawer": {"deployed": [4, 4], "imagined": [1, 2]},
+        "piper press_button": {"deployed": [1, 8], "imagined": [2, 5]},
+        "piper push": {"deployed": [0, 5], "imagined": [0, 2]},
+    }
     assert (tmp_path / "imagined_vs_deployed_completion.png").exists()
     text = _markdown(rows, _summarize(rows), plots)
     assert "subtask completion over 3 (composition, checkpoint) pairs: Spearman 0.500" in text
