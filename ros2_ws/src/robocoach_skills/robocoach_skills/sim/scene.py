@@ -48,7 +48,7 @@ class SceneConfig:
     shadows: bool = False  # cast shadows; about 4x the render time with software/EGL rendering
     # Multisample anti-aliasing of the camera (MuJoCo's offsamples). 0 renders a 64 px frame about 4x
     # faster with software EGL (bench/deployed_step.py), but the frames differ at every edge: models
-    # trained on frames of one setting meet a shift under the other, so keep it with the checkpoints.
+    # trained on frames of one setting meet a shift under the other: deploy them under theirs.
     antialias_samples: int = 4
     interpolation_chunks: int = 5  # servo targets ramp to each new command in this many pieces
     settle_time: float = 0.3  # physics time run after a reset so objects come to rest [s]
