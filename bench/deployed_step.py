@@ -6,7 +6,7 @@ and the progress judge scores the frame. Three ways, alternated `repeats` times 
 
   before  the expert's done head on every step between chunks (what every deployed step paid before
           session 44, when nothing read it under the judge; forced here by a monitor that reads it;
-          session 44 also stopped the experts switching to eval mode on every call, not in this row)
+          each skipped call also switched the experts to eval mode and back, which this row omits)
   now     the done head only where the detector or a monitor reads it (the default)
   no-AA   as `now`, the camera rendered without multisample anti-aliasing
           (`SceneConfig.antialias_samples=0`): not the default, because the frames differ

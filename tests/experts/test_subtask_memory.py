@@ -85,11 +85,15 @@ def test_library_policy_skips_the_done_head_between_chunks_where_nobody_reads_it
             dones.append(done)
         return actions, dones
 
+    library.train()  # as a trainer leaves it: the policy puts it in eval mode, once
     actions, dones = run(True)
-    heads = []
+    assert not library.training
+    heads, switches = [], []
     real = library.done_probability
     monkeypatch.setattr(library, "done_probability", lambda *a: heads.append(1) or real(*a))
+    monkeypatch.setattr(library, "train", lambda mode=True: switches.append(mode) or library)
     skipped, unread = run(False)
+    assert switches == [False]  # eval mode once, when the policy is made; no switch per call
     assert not heads  # the done head alone never ran
     for t, (a, b) in enumerate(zip(actions, skipped, strict=True)):
         np.testing.assert_array_equal(a, b)  # the same actions

@@ -76,6 +76,7 @@ class LibraryPolicy:
         versions: Mapping[str, int] | None = None,
         config: ChunkExecutionConfig | None = None,
     ) -> None:
+        library.eval()  # inference only, so no mode switch per call; a trainer switches it back
         self.library = library
         self.versions = dict(versions or {})
         self.config = config or ChunkExecutionConfig()

@@ -541,7 +541,7 @@ class ChunkPolicy(nn.Module, ABC):
     def _inference(self) -> Iterator[None]:
         """Eval mode without autograd for the block; the previous mode is restored after it."""
         was_training = self.training
-        if was_training:  # switching walks every submodule: a tenth of a deployed step's time
+        if was_training:  # switching walks every submodule (LibraryPolicy keeps its library in eval mode)
             self.eval()
         try:
             with torch.inference_mode():

@@ -294,7 +294,8 @@ class _Source:
         """What an arm's rows are imagined with: the record that keeps rows of other setups apart."""
         return {
             "experiment": str(self.path), "world": str(self.world), "judge": str(self.inputs / "judge"),
-            "deployed": "final" if self.final else "curve", **asdict(self.imagination),
+            **({"deployed": f"final_{self.experiment['config']['final_rollouts']}"} if self.final else {}),
+            **asdict(self.imagination),
         }  # fmt: skip
 
 

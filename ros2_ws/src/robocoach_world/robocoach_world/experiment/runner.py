@@ -249,8 +249,10 @@ class Deployment:
     def __init__(self, inputs: Path, robot: str, settings: RunSettings, device: torch.device) -> None:
         self.robot = robot
         self.train, self.held_out = compositions_of(robot, settings)
-        self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
         self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, device)
+        self.scene = SimScene(
+            SceneConfig(robot=robot, image_size=settings.image_size)
+        )  # last: close() owns it
 
     def router(self, policy: SkillPolicy) -> Router:
         """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
@@ -303,15 +305,16 @@ class _Run:
     ) -> None:
         self.spec, self.settings, self.run_dir, self.starts = spec, settings, run_dir, starts
         self.method = METHODS[spec.method]
+        self.train, self.held_out = compositions_of(spec.robot, settings)
+        prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
         # one device for every model of the run: adapter updates move the policy to `select_device`
         self.device = select_device()
-        self.deployment = Deployment(inputs, spec.robot, settings, self.device)
-        self.train, self.held_out = self.deployment.train, self.deployment.held_out
-        self.scene = self.deployment.scene  # the operator's and imagination's scene too
-        prepare(inputs, run_dir, self.method, settings, spec.seed, self.train)
         self.library, versions = load_policy(run_dir / "experts", self.method)
         self.library.to(self.device)
         self.store = EpisodeStore(run_dir / "episodes")
+        # after prepare(), which reseeds torch for (a, b, f): the judge draws from the same stream as before
+        self.deployment = Deployment(inputs, spec.robot, settings, self.device)
+        self.scene = self.deployment.scene  # the operator's and imagination's scene too
         self.eval_seeds = evaluation_seeds(settings.eval_rollouts)
         schedule = CoachConfig(  # every method's: budget, rounds, update steps and replay
             budget=settings.budget,
