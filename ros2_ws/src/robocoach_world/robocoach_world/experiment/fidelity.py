@@ -167,14 +167,14 @@ class _Arm:
         # the checkpoint's versions, loaded without touching which ones the run has active
         library, _, _, _ = load_experts(policy.experts, policy.checkpoint.versions)
         library.to(self.device)
-        judge, deadlines = self.deployment.detector_args, self.deployment.deadlines
+        detector_args, deadlines = self.deployment.detector_args, self.deployment.deadlines
         rows = []
         for composition in tqdm(self.compositions, desc=policy.label, unit="composition", leave=False):
             images, proprio = self.observations(composition)
             trials = imagine_composition(
-                self.world, judge["judge"], library, deadlines, composition, images,
+                self.world, detector_args["judge"], library, deadlines, composition, images,
                 proprio, imagination, versions=policy.checkpoint.versions, initial_seeds=self.seeds,
-                verdict=judge["verdict"],
+                verdict=detector_args["verdict"],
             )  # fmt: skip
             deployed = policy.checkpoint.first_failed[composition.name]
             rows.append(

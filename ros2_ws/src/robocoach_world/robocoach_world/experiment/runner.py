@@ -250,9 +250,8 @@ class Deployment:
         self.robot = robot
         self.train, self.held_out = compositions_of(robot, settings)
         self.detector_args, self.deadlines = judge_detector_args(inputs / "judge", robot, device)
-        self.scene = SimScene(
-            SceneConfig(robot=robot, image_size=settings.image_size)
-        )  # last: close() owns it
+        # opened last, so a judge that fails to load leaves nothing for close() to release
+        self.scene = SimScene(SceneConfig(robot=robot, image_size=settings.image_size))
 
     def router(self, policy: SkillPolicy) -> Router:
         """The executor's router: the judge switches subtasks, deadlines as calibrated for it."""
@@ -358,9 +357,9 @@ class _Run:
                 num_rollouts=s.imagined_rollouts, num_world_seeds=s.num_world_seeds,
                 agreement=min(2, s.num_world_seeds), horizon=s.horizon, seed=seed,
             )  # fmt: skip
-            judge = self.deployment.detector_args
+            detector_args = self.deployment.detector_args
             return WorldModelTargets(
-                world, judge["judge"], judge["verdict"], self.deployment.deadlines,
+                world, detector_args["judge"], detector_args["verdict"], self.deployment.deadlines,
                 self.library, InitialObservations(self.scene, seeds), imagination,
             )  # fmt: skip
         if self.method.targets == Targets.DEPLOYED:
@@ -423,15 +422,15 @@ def final_evaluation(
         raise ValueError(f"{run_dir} has not finished: its final checkpoint is not there to evaluate")
     curve = [Checkpoint(**p) for p in json.loads((run_dir / RESULT_FILE).read_text())["checkpoints"]]
     seeds, name, live = evaluation_seeds(rollouts)[settings.eval_rollouts :], f"final_{rollouts}", []
-    method = METHODS[spec.method]
+    method, device = METHODS[spec.method], select_device()
 
     def tail(point: Checkpoint) -> Checkpoint:
         """`point`'s policy, at its versions, loaded afresh from the run's experts, on `seeds`."""
         if not live:  # built once, only when something is left to deploy
             torch.set_num_threads(1)
-            live.append(Deployment(Path(inputs), spec.robot, settings, select_device()))
+            live.append(Deployment(Path(inputs), spec.robot, settings, device))
         library, _ = load_policy(run_dir / "experts", method, point.versions)
-        library.to(select_device())
+        library.to(device)
         again = Checkpoint(point.round, point.demos, point.demo_frames, dict(point.versions))
         return live[0].deploy(again, library, seeds)
 
