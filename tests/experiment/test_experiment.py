@@ -25,6 +25,8 @@ from robocoach_skills.bootstrap import ADAPTERS_DIR, load_experts
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.evaluation import evaluation_seeds
 from robocoach_skills.experts.registry import AdapterRegistry
+from robocoach_skills.tasks import get_composition
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.experiment.end_to_end import WHOLE_TASK_SEED_BASE
 from robocoach_world.experiment.fidelity import FidelityConfig, _claim, checkpoints_to_imagine, run_fidelity
 from robocoach_world.experiment.methods import METHODS, PolicyKind
@@ -278,3 +280,23 @@ def test_a_fidelity_folder_takes_in_a_new_arm_but_never_another_setup_of_an_arm_
     with pytest.raises(ValueError, match="choose a fresh --out"):
         _claim(path, {"piper": {**piper, "num_rollouts": 8}})
     assert json.loads(path.read_text()) == {"franka": franka, "piper": piper}  # the refusal changed nothing
+
+
+def test_fidelity_adds_calibrated_measures_where_the_inputs_hold_a_calibration(experiment):
+    """Rows already imagined are calibrated at report time: nothing is imagined again for it."""
+    config, _ = experiment
+    calibration = ImaginationCalibration(
+        {f"{ROBOT} press_button": {"deployed": [3, 4], "imagined": [1, 4]}}, source={"by": "hand"}
+    )
+    calibration.save(config.run / CALIBRATION_FILE)
+    try:
+        result = run_fidelity(FidelityConfig(experiments=(config.output,), rollouts=2))
+    finally:
+        (config.run / CALIBRATION_FILE).unlink()
+    assert result["calibration"] == {ROBOT: calibration.to_dict()}
+    for row in result["rows"]:
+        skills = get_composition(ROBOT, row["composition"]).skills
+        expected = calibration.success(ROBOT, skills, row["imagined_first_failed"])
+        assert row["calibrated_success"] == (pytest.approx(expected) if row["imagined_valid"] else None)
+    report = (config.output / "fidelity" / "fidelity.md").read_text()
+    assert "Calibrated measures" in report and CALIBRATION_FILE in report

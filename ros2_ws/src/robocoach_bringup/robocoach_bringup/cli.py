@@ -6,6 +6,7 @@ robocoach experiment --profile reduced --run runs/quick1   # the matched-budget 
 robocoach fidelity --experiments runs/experiment           # imagine its checkpoints: imagined vs deployed
 robocoach probe --experts runs/demo/experts --task press_push --subtask 0   # one expert, n fresh demos
 robocoach detector-check --experts runs/demo/experts --judge runs/demo/judge   # where detectors switch
+robocoach calibrate-imagination --run runs/demo   # per skill: deployed vs imagined, on held-out rollouts
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import tyro
 
 from robocoach_bringup.demo import DemoConfig, run_demo
 from robocoach_bringup.experiment import ExperimentConfig, run_experiment
+from robocoach_bringup.stages.offboard_models import CalibrateConfig, calibrate_command
+from robocoach_world.calibration import CALIBRATION_FILE
 from robocoach_world.coach import detector_check, probe
 from robocoach_world.experiment.fidelity import FidelityConfig, run_fidelity
 
@@ -54,12 +57,20 @@ def _detector_check(config: detector_check.DetectorCheckConfig) -> int:
     return 0
 
 
+def _calibrate(config: CalibrateConfig) -> int:
+    calibration = calibrate_command(config)
+    print("\n".join(calibration.describe()))
+    print(f"written: {config.run / CALIBRATION_FILE}")
+    return 0
+
+
 COMMANDS = {
     "demo": (DemoConfig, _demo),
     "experiment": (ExperimentConfig, _experiment),
     "fidelity": (FidelityConfig, _fidelity),
     "probe": (probe.ProbeConfig, _probe),
     "detector-check": (detector_check.DetectorCheckConfig, _detector_check),
+    "calibrate-imagination": (CalibrateConfig, _calibrate),
 }
 
 

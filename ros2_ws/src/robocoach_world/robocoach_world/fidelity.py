@@ -14,7 +14,7 @@ through these two.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +22,18 @@ import numpy as np
 from robocoach_skills.composition import Composition
 from robocoach_skills.measures import first_failure_agreement, subtask_completion, tally_reached
 from robocoach_skills.tasks import get_composition
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.plots import plot_imagined_vs_deployed
 from robocoach_world.imagine import ImaginedTrial
 
-# fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure
-FIDELITY_LABELS = {"success": "success", "completion": "subtask completion"}
+# fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure;
+# with a calibration (`calibrated`), also on both as calibrated per skill. measure -> (label, imagined key)
+FIDELITY_MEASURES = {
+    "success": ("success", "imagined_success"),
+    "completion": ("subtask completion", "imagined_completion"),
+    "calibrated_success": ("calibrated success", "calibrated_success"),
+    "calibrated_completion": ("calibrated subtask completion", "calibrated_completion"),
+}
 MIN_PAIRS = 3  # fewer pairs than this carry no rank correlation worth reporting
 
 
@@ -74,13 +81,14 @@ def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], 
     a row's pair in the plots. The plots are written to `output` as imagined_vs_deployed_<measure>.png.
     """
     fidelity, files = {}, []
-    for measure, label in FIDELITY_LABELS.items():
-        pairs = [r for r in rows if r[f"imagined_{measure}"] is not None]
+    for measure, (label, imagined) in FIDELITY_MEASURES.items():
+        pairs = [r for r in rows if r.get(imagined) is not None]
         if len(pairs) < MIN_PAIRS:
             continue
+        deployed = f"deployed_{measure.removeprefix('calibrated_')}"
         stats = plot_imagined_vs_deployed(
-            {key(r): r[f"imagined_{measure}"] for r in pairs},
-            {key(r): r[f"deployed_{measure}"] for r in pairs},
+            {key(r): r[imagined] for r in pairs},
+            {key(r): r[deployed] for r in pairs},
             Path(output) / f"imagined_vs_deployed_{measure}.png",
             measure=label,
         )
@@ -95,6 +103,30 @@ def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], 
         "per_skill": per_skill(rows),
         "files": files,
     }
+
+
+def calibrated(rows: Sequence[dict], calibrations: Mapping[str, ImaginationCalibration]) -> list[dict]:
+    """The rows with their imagined trials' calibrated success and completion (None where no trial was
+    valid), by their arm's calibration (robot -> calibration; an arm without one is left as it is).
+    Computed from each row's imagined first failures, so rows imagined before still calibrate."""
+    out = []
+    for r in rows:
+        calibration = calibrations.get(r["robot"])
+        if calibration is None:
+            out.append(r)
+            continue
+        skills = get_composition(r["robot"], r["composition"]).skills
+        failed = r["imagined_first_failed"]
+        out.append(
+            {
+                **r,
+                "calibrated_success": calibration.success(r["robot"], skills, failed) if failed else None,
+                "calibrated_completion": calibration.completion(r["robot"], skills, failed)
+                if failed
+                else None,
+            }
+        )
+    return out
 
 
 def per_skill(rows: Sequence[dict]) -> dict[str, dict[str, list[int]]]:
@@ -119,7 +151,7 @@ def fidelity_markdown(measures: dict) -> list[str]:
     for measure, stats in measures["fidelity"].items():
         lines += [
             "",
-            f"Imagined vs deployed {FIDELITY_LABELS[measure]} over {stats['pairs']} (composition, "
+            f"Imagined vs deployed {FIDELITY_MEASURES[measure][0]} over {stats['pairs']} (composition, "
             f"checkpoint) pairs: "
             f"Spearman {stats['spearman']:.3f}, Pearson {stats['pearson']:.3f}, MMRV {stats['mmrv']:.3f}.",
         ]

@@ -3,7 +3,8 @@
 A checkpoint is the experts' adapter versions before coaching and after each round (from the coach's
 history). At each, every training and held-out composition is (a) deployed on the simulator from the
 fixed evaluation seeds and scored by its ground truth, and (b) imagined in CoachWorld from the real
-initial observations of the same seeds and scored by the judge. Deployed trials switch subtasks with
+initial observations of the same seeds and scored by the judge (and, where stage 3 fitted one, also
+calibrated per skill: robocoach_world.calibration). Deployed trials switch subtasks with
 the judge (the executor's rule), so imagination and deployment differ only in where frames come from.
 The arms run in parallel processes (the simulator's rendering is the cost).
 """
@@ -28,9 +29,10 @@ from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import held_out_compositions, training_compositions
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.coach.plots import plot_success_per_round
 from robocoach_world.coach.state import CoachState
-from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
+from robocoach_world.fidelity import calibrated, fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.nodes.coach import STATE_FILE
@@ -111,6 +113,9 @@ def run(config, results: dict) -> dict:
         ]
     )
     rows = [row for arm in arms for row in arm["rows"]]
+    if (config.output / CALIBRATION_FILE).exists():  # stage 3's, where it recorded calibration rollouts
+        calibration = ImaginationCalibration.load(config.output / CALIBRATION_FILE)
+        rows = calibrated(rows, dict.fromkeys(config.robots, calibration))
     summary = _summarize(rows)
     plots = _plots(rows, config.output)
     return {

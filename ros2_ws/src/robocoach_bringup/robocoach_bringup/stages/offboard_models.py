@@ -20,11 +20,15 @@
    Scripted demos move on at completion and once set the pick's threshold low enough to fire early
    on a third of expert picks. The deadlines come from the rollouts (the experts' own, slower
    subtask times) and the calibration corpus.
+5. Per skill, how much more often it completes deployed than imagined, from the same held-out rollouts
+   and their imagined twins (`robocoach_world.imagined_twins`), frozen to
+   <run>/imagination_calibration.json: fidelity reports imagined success calibrated by it beside the raw.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,13 +37,17 @@ from robocoach_bringup.graph import RunPaths
 from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.checkpoint import META_FILE
-from robocoach_skills.data.store import EpisodeStore, StoreInfo
+from robocoach_skills.constants import ROBOTS
+from robocoach_skills.data.store import INFO_FILE, EpisodeStore, StoreInfo
 from robocoach_skills.evaluation import HeldTruthDetector, evaluate, evaluation_seeds
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import training_compositions
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.corpus import CorpusConfig, build_corpus
+from robocoach_world.imagine import ImaginationConfig
+from robocoach_world.imagined_twins import fit_calibration
 from robocoach_world.judge.checkpoint import DEADLINES_FILE
 from robocoach_world.judge.evaluate import SWITCH_TOLERANCE_S, calibrate
 from robocoach_world.judge.train import TrainConfig as JudgeTrainConfig
@@ -105,6 +113,12 @@ def run(config, results: dict) -> dict:
         late_s = profile.calibration_hold_s if held else SWITCH_TOLERANCE_S
         deadlines = calibrate(judge, demos + held, judge_config.verdict, rule_videos=held, tolerance_s=late_s)
         deadlines.save(paths.judge / DEADLINES_FILE)
+    calibration = None
+    twins_of = calibration_stores(config.output, config.robots)
+    if twins_of and not (config.output / CALIBRATION_FILE).exists():
+        calibration = calibrate_imagination(
+            config.output, twins_of, ImaginationConfig(horizon=profile.horizon)
+        )
     data = {
         "corpus_episodes": sum(len(store.ids()) for store in corpus),
         "rollout_episodes": sum(len(store.ids()) for store in rollouts),
@@ -116,8 +130,49 @@ def run(config, results: dict) -> dict:
         **data,
         "world_metrics": world_metrics,
         "judge_metrics": {k: v for k, v in judge_metrics.items() if not isinstance(v, dict)},
-        "markdown": _markdown(data, world_metrics, judge_metrics),
+        "imagination_calibration": calibration.to_dict() if calibration else {},
+        "markdown": _markdown(data, world_metrics, judge_metrics, calibration),
     }
+
+
+@dataclass
+class CalibrateConfig:
+    """Fit the per-skill calibration of imagined outcomes on a run's held-out expert rollouts (step 5)."""
+
+    run: Path = Path("runs/demo")  # a main-job run past stage 3 (`--until offboard_models`)
+    robots: tuple[str, ...] = ROBOTS  # arms to calibrate, where the run recorded calibration rollouts
+    rollouts_per_state: int = 2  # imagined twins per recorded rollout
+    horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
+
+
+def calibrate_imagination(
+    output: Path, stores: list[Path], imagination: ImaginationConfig, rollouts_per_state: int = 2
+) -> ImaginationCalibration:
+    """Fit the run's imagination calibration on `stores` (held-out rollouts), write it, return it."""
+    paths = RunPaths(output)
+    calibration, _ = fit_calibration(
+        paths.experts, paths.world, paths.judge, stores, imagination, rollouts_per_state
+    )
+    calibration.save(output / CALIBRATION_FILE)
+    return calibration
+
+
+def calibrate_command(config: CalibrateConfig) -> ImaginationCalibration:
+    """`robocoach calibrate-imagination`: step 5 alone, on a run whose stage 3 predates it (or again)."""
+    stores = calibration_stores(config.run, config.robots)
+    if not stores:
+        raise ValueError(
+            f"{config.run}: no calibration rollouts for {', '.join(config.robots)} (stage 3 records them)"
+        )
+    return calibrate_imagination(
+        config.run, stores, ImaginationConfig(horizon=config.horizon), config.rollouts_per_state
+    )
+
+
+def calibration_stores(output: Path, robots) -> list[Path]:
+    """The arms' held-out expert rollouts that hold episodes: what `calibrate_imagination` fits on."""
+    stores = [rollouts_dir(output, robot, CALIBRATION) for robot in robots]
+    return [s for s in stores if (s / INFO_FILE).exists() and EpisodeStore(s).ids()]
 
 
 def corpus_dir(output: Path, robot: str, split: str = "train") -> Path:
@@ -178,7 +233,7 @@ def _success(stores: list[EpisodeStore]) -> float:
     return sum(m.success for m in metas) / len(metas) if metas else float("nan")
 
 
-def _markdown(data: dict, world: dict, judge: dict) -> str:
+def _markdown(data: dict, world: dict, judge: dict, calibration: ImaginationCalibration | None) -> str:
     lines = [
         f"Corpus: {data['corpus_episodes']} scripted episodes (half with injected failures); "
         f"bootstrap-expert rollouts: {data['rollout_episodes']} ({data['rollout_success']:.0%} succeeded), "
@@ -193,5 +248,10 @@ def _markdown(data: dict, world: dict, judge: dict) -> str:
         lines.append(
             f"Judge: validation MAE {judge.get('val_mae', float('nan')):.3f}, "
             f"Spearman {judge.get('val_spearman', float('nan')):.3f}."
+        )
+    if calibration:
+        lines.append(
+            "Imagination calibration (held-out rollouts against their imagined twins, completed where "
+            "reached; the log-odds shift imagined rates get): " + "; ".join(calibration.describe()) + "."
         )
     return "\n\n".join(lines)

@@ -37,6 +37,7 @@ from tqdm import tqdm
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.checkpoint import json_bytes, jsonable, replace_file_atomically
 from robocoach_skills.device import select_device
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.experiment.methods import METHODS, PolicyKind
 from robocoach_world.experiment.ports import InitialObservations
 from robocoach_world.experiment.runner import (
@@ -46,7 +47,7 @@ from robocoach_world.experiment.runner import (
     RunSettings,
     RunSpec,
 )
-from robocoach_world.fidelity import fidelity_markdown, fidelity_measures, pair_row
+from robocoach_world.fidelity import calibrated, fidelity_markdown, fidelity_measures, pair_row
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.world.artifacts import load_world
 
@@ -225,6 +226,8 @@ def run_fidelity(config: FidelityConfig) -> dict:
         rows += new
     for arm in imaginers.values():
         arm.deployment.close()
+    calibrations = {robot: s.calibration for s in sources for robot in s.robots if s.calibration}
+    rows = calibrated(rows, calibrations)
     measures = fidelity_measures(rows, out, key=_pair_name)
     per_arm = {}
     if len(arms) > 1:
@@ -237,6 +240,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
         "config": jsonable(asdict(config)),
         "imagination": setups,
         "checkpoints": len(policies),
+        "calibration": {robot: c.to_dict() for robot, c in calibrations.items()},
         "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
         **measures,
         "per_arm": per_arm,
@@ -262,6 +266,8 @@ class _Source:
     imagination: ImaginationConfig
     world: Path
     final: bool  # pairs from the final evaluation (FidelityConfig.final)
+    # the inputs' per-skill calibration of imagined outcomes (offboard stage, step 5), where they have one
+    calibration: ImaginationCalibration | None
 
     @classmethod
     def load(cls, path: Path, config: FidelityConfig) -> _Source:
@@ -278,7 +284,9 @@ class _Source:
         )
         inputs = Path(experiment["config"]["run"])
         world = config.world or inputs / "world"
-        return cls(path, experiment, inputs, settings, imagination, world, config.final)
+        file = inputs / CALIBRATION_FILE
+        calibration = ImaginationCalibration.load(file) if file.exists() else None
+        return cls(path, experiment, inputs, settings, imagination, world, config.final, calibration)
 
     @property
     def robots(self) -> list[str]:
@@ -323,6 +331,13 @@ def _report(config: FidelityConfig, result: dict) -> str:
         f"{config.rollouts} times from the same initial states ({config.num_world_seeds} world seeds, "
         f"{config.agreement} must agree), in CoachWorld ({worlds}).",
     ]
+    if result["calibration"]:
+        lines += [
+            "",
+            f"Calibrated measures: each arm's imagined outcomes corrected per skill by its inputs' "
+            f"{CALIBRATION_FILE} ({', '.join(result['calibration'])}), fitted on held-out bootstrap-expert "
+            "rollouts and their imagined twins (`robocoach calibrate-imagination`).",
+        ]
     lines += fidelity_markdown(result)
     lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
     for robot, measures in result["per_arm"].items():

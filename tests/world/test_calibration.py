@@ -1,0 +1,93 @@
+"""The per-skill calibration of imagined outcomes, worked out by hand (no simulation, no models)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from robocoach_world.calibration import ImaginationCalibration
+from robocoach_world.fidelity import calibrated, fidelity_markdown, fidelity_measures
+
+# pick: deployed 2 of 10 reached, imagined 1 of 10; place: the same on both sides
+PER_SKILL = {
+    "franka pick": {"deployed": [2, 10], "imagined": [1, 10]},
+    "franka place": {"deployed": [3, 4], "imagined": [3, 4]},
+}
+
+
+def test_the_shift_is_the_log_odds_gap_of_the_smoothed_rates():
+    calibration = ImaginationCalibration(PER_SKILL, pseudo_trials=2.0)
+    # deployed (2 + 1) / 12 = 1/4, imagined (1 + 1) / 12 = 1/6: odds 1/3 against 1/5
+    assert calibration.shift("franka", "pick") == pytest.approx(math.log(5 / 3))
+    assert calibration.shift("franka", "place") == 0.0
+    assert calibration.shift("franka", "push") == 0.0  # never calibrated: left as imagined
+    assert calibration.shift("piper", "pick") == 0.0
+    unreached = ImaginationCalibration({"franka push": {"deployed": [0, 0], "imagined": [3, 5]}})
+    assert unreached.shift("franka", "push") == 0.0  # never reached deployed: no direction to correct
+
+
+def test_a_pair_is_calibrated_subtask_by_subtask_and_multiplied():
+    calibration = ImaginationCalibration(PER_SKILL, pseudo_trials=2.0)
+    failed = [-1, 0, 1, 1]  # pick: reached 4, completed 3; place: reached 3, completed 1
+    # pick: (3 + 2 * 1/6) / 6 = 5/9 imagined, odds 5/4 * 5/3 = 25/12 -> 25/37
+    # place: prior (3 + 1) / 6 = 2/3, (1 + 2 * 2/3) / 5 = 7/15, shift 0
+    pick, place = 25 / 37, 7 / 15
+    assert calibration.subtask_rates("franka", ["pick", "place"], failed) == pytest.approx([pick, place])
+    assert calibration.success("franka", ["pick", "place"], failed) == pytest.approx(pick * place)
+    assert calibration.completion("franka", ["pick", "place"], failed) == pytest.approx(
+        (pick + pick * place) / 2
+    )
+
+
+def test_where_both_sides_agree_the_calibrated_success_is_the_imagined_one():
+    agreeing = {
+        "franka pick": {"deployed": [5, 9], "imagined": [5, 9]},
+        "franka place": {"deployed": [1, 3], "imagined": [1, 3]},
+    }
+    calibration = ImaginationCalibration(agreeing, pseudo_trials=1e-9)
+    failed = [-1, -1, 0, 1]  # 2 of 4 succeed: pick 3/4, place 2/3 where reached
+    assert calibration.success("franka", ["pick", "place"], failed) == pytest.approx(0.5)
+
+
+def test_a_calibration_survives_a_round_trip_and_a_bad_file_is_refused_by_name(tmp_path):
+    calibration = ImaginationCalibration(PER_SKILL, 3.0, {"rollouts": 14})
+    calibration.save(tmp_path / "c.json")
+    loaded = ImaginationCalibration.load(tmp_path / "c.json")
+    assert loaded.to_dict() == calibration.to_dict()
+    assert json.loads((tmp_path / "c.json").read_text())["shift"]["franka place"] == 0.0
+    (tmp_path / "bad.json").write_text('{"per_skill": {"franka pick": {"deployed": [3, 2]}}}')
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        ImaginationCalibration.load(tmp_path / "bad.json")
+    (tmp_path / "cut.json").write_text('{"per_skill": ')
+    with pytest.raises(ValueError, match=r"cut\.json"):
+        ImaginationCalibration.load(tmp_path / "cut.json")
+    with pytest.raises(ValueError, match="completed, reached"):
+        ImaginationCalibration({"franka pick": {"deployed": [1, 2]}})
+
+
+def _row(composition: str, deployed: float, imagined_first_failed: list[int], robot: str = "franka") -> dict:
+    return {
+        "robot": robot, "composition": composition, "policy": "p", "deployed_success": deployed,
+        "deployed_completion": deployed, "deployed_first_failed": [],
+        "imagined_first_failed": imagined_first_failed, "imagined_success": None, "imagined_completion": None,
+        "paired_deployed_first_failed": list(imagined_first_failed),
+    }  # fmt: skip
+
+
+def test_rows_gain_calibrated_measures_only_for_arms_with_a_calibration(tmp_path):
+    calibration = ImaginationCalibration(PER_SKILL, pseudo_trials=2.0)
+    rows = [_row("pick_place_bin", d, f) for d, f in ((0.1, [0, 0]), (0.3, [-1, 1]), (0.6, [-1, -1]))]
+    rows.append(_row("pick_place_bin", 0.2, [], robot="franka"))  # no valid imagined trial
+    rows.append(_row("pick_place_bin", 0.5, [-1], robot="piper"))  # an arm without a calibration
+    out = calibrated(rows, {"franka": calibration})
+    assert [r["calibrated_success"] for r in out[:3]] == pytest.approx(
+        [calibration.success("franka", ["pick", "place"], r["imagined_first_failed"]) for r in rows[:3]]
+    )
+    assert out[3]["calibrated_success"] is None and "calibrated_success" not in out[4]
+    measures = fidelity_measures(out, tmp_path, key=lambda r: f"{r['robot']}{r['deployed_success']}")
+    stats = measures["fidelity"]["calibrated_success"]
+    assert stats["pairs"] == 3 and stats["spearman"] == pytest.approx(1.0)  # ordered as deployed
+    assert "Imagined vs deployed calibrated success over 3" in "\n".join(fidelity_markdown(measures))
+    assert (tmp_path / "imagined_vs_deployed_calibrated_success.png").exists()
