@@ -347,15 +347,16 @@ def _report(config: FidelityConfig, result: dict) -> str:
         "",
         "## Pairs",
         "",
-        "| policy | robot | composition | deployed success | imagined success | deployed completion | "
-        "imagined completion | valid imagined |",
-        "|---|---|---|---|---|---|---|---|",
+        "| policy | robot | composition | deployed success | imagined success | calibrated success | "
+        "deployed completion | imagined completion | valid imagined |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for r in result["rows"]:
         lines.append(
             f"| {r['policy']} | {r['robot']} | {r['composition']} | {fmt(r['deployed_success'])} | "
-            f"{fmt(r['imagined_success'])} | {fmt(r['deployed_completion'])} | "
-            f"{fmt(r['imagined_completion'])} | {r['imagined_valid']}/{r['imagined_trials']} |"
+            f"{fmt(r['imagined_success'])} | {fmt(r.get('calibrated_success'))} | "
+            f"{fmt(r['deployed_completion'])} | {fmt(r['imagined_completion'])} | "
+            f"{r['imagined_valid']}/{r['imagined_trials']} |"
         )
     return "\n".join(lines) + "\n"
