@@ -3,6 +3,7 @@ imagined twins, and the per-skill calibration written beside the run's models.""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ from offboard_models import IMAGE_SIZE, write_offboard_models
 
 from robocoach_bringup.stages.offboard_models import (
     CALIBRATION,
+    TWINS_FILE,
     CalibrateConfig,
     calibrate_command,
     rollouts_dir,
@@ -72,6 +74,9 @@ def test_the_calibration_pairs_each_recorded_rollout_with_its_imagined_twins(tmp
     assert written["per_skill"]["franka press_button"]["imagined"] == [0, 8]
     assert written["source"]["rollouts"] == len(COMPOSITIONS) * len(SEEDS)
     assert set(written["source"]["versions"]) == {"press_button", "push"}
+    rows = json.loads((tmp_path / TWINS_FILE).read_text())
+    assert [r["composition"] for r in rows] == sorted(COMPOSITIONS)
+    assert all(r["imagined_trials"] == 2 * len(SEEDS) and len(r["deployed_first_failed"]) == 2 for r in rows)
 
     with pytest.raises(ValueError, match="no calibration rollouts for piper"):
         calibrate_command(CalibrateConfig(run=tmp_path, robots=("piper",)))

@@ -36,7 +36,7 @@ import torch
 from robocoach_bringup.graph import RunPaths
 from robocoach_bringup.stages.side_by_side import side_by_side
 from robocoach_skills.bootstrap import load_experts
-from robocoach_skills.checkpoint import META_FILE
+from robocoach_skills.checkpoint import META_FILE, json_bytes, replace_file_atomically
 from robocoach_skills.constants import ROBOTS
 from robocoach_skills.data.store import INFO_FILE, EpisodeStore, StoreInfo
 from robocoach_skills.evaluation import HeldTruthDetector, evaluate, evaluation_seeds
@@ -61,6 +61,7 @@ ROLLOUT_SEED_BASE = 900_000  # expert rollouts for training; below evaluation se
 CALIBRATION_SEED_BASE = 950_000  # held-out expert rollouts for the judge's calibration
 ROLLOUTS, CALIBRATION = "rollouts", "calibration"  # the two sets of recorded expert rollouts
 TORCH_THREADS = 1
+TWINS_FILE = "imagination_twins.json"  # the calibration's rows: each composition's rollouts and their twins
 
 
 def run(config, results: dict) -> dict:
@@ -148,11 +149,13 @@ class CalibrateConfig:
 def calibrate_imagination(
     output: Path, stores: list[Path], imagination: ImaginationConfig, rollouts_per_state: int = 2
 ) -> ImaginationCalibration:
-    """Fit the run's imagination calibration on `stores` (held-out rollouts), write it, return it."""
+    """Fit the run's imagination calibration on `stores` (held-out rollouts), write it (and the twins'
+    fidelity rows, one per composition, to TWINS_FILE), return it."""
     paths = RunPaths(output)
-    calibration, _ = fit_calibration(
+    calibration, rows = fit_calibration(
         paths.experts, paths.world, paths.judge, stores, imagination, rollouts_per_state
     )
+    replace_file_atomically(output / TWINS_FILE, json_bytes(rows))  # per composition, for a closer look
     calibration.save(output / CALIBRATION_FILE)
     return calibration
 
