@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -17,23 +16,40 @@ PER_SKILL = {
 }
 
 
-def test_the_shift_is_the_log_odds_gap_of_the_smoothed_rates():
+def test_the_map_scales_successes_where_imagination_is_optimistic_and_failures_where_pessimistic():
     calibration = ImaginationCalibration(PER_SKILL, pseudo_trials=2.0)
-    # deployed (2 + 1) / 12 = 1/4, imagined (1 + 1) / 12 = 1/6: odds 1/3 against 1/5
-    assert calibration.shift("franka", "pick") == pytest.approx(math.log(5 / 3))
-    assert calibration.shift("franka", "place") == 0.0
-    assert calibration.shift("franka", "push") == 0.0  # never calibrated: left as imagined
-    assert calibration.shift("piper", "pick") == 0.0
+    # pick: deployed (2 + 1) / 12 = 1/4, imagined (1 + 1) / 12 = 1/6: pessimistic,
+    # failures scale by (3/4) / (5/6) = 0.9
+    assert calibration.anchors("franka", "pick") == pytest.approx((1 / 6, 1 / 4))
+    assert calibration.adjust("franka", "pick", 1 / 6) == pytest.approx(1 / 4)
+    assert calibration.adjust("franka", "pick", 0.5) == pytest.approx(1 - 0.5 * 0.9)
+    optimistic = ImaginationCalibration({"franka push": {"deployed": [1, 10], "imagined": [8, 10]}})
+    # deployed 2/12, imagined 9/12: successes scale by (1/6) / (3/4)
+    assert optimistic.adjust("franka", "push", 0.75) == pytest.approx(1 / 6)
+    assert optimistic.adjust("franka", "push", 1.0) == pytest.approx(2 / 9)
+    assert calibration.adjust("franka", "place", 0.3) == pytest.approx(0.3)  # both sides agree: unchanged
+    assert calibration.adjust("franka", "push", 0.3) == 0.3  # never calibrated: kept as imagined
+    assert calibration.adjust("piper", "pick", 0.3) == 0.3
     unreached = ImaginationCalibration({"franka push": {"deployed": [0, 0], "imagined": [3, 5]}})
-    assert unreached.shift("franka", "push") == 0.0  # never reached deployed: no direction to correct
+    assert unreached.anchors("franka", "push") is None  # never reached deployed: no direction to correct
+
+
+def test_a_saturated_skill_maps_a_pairs_full_rate_near_the_calibrations_own():
+    drawer = ImaginationCalibration({"franka open_drawer": {"deployed": [13, 40], "imagined": [80, 80]}})
+    (q_imagined, q_deployed) = drawer.anchors("franka", "open_drawer")
+    assert drawer.adjust("franka", "open_drawer", q_imagined) == pytest.approx(q_deployed)  # 14/42
+    # a pair whose 20 imagined openings all succeed: (20 + 2 * 81/82) / 22, scaled by (14/42) / (81/82)
+    assert drawer.success("franka", ["open_drawer"], [-1] * 20) == pytest.approx(
+        (20 + 2 * 81 / 82) / 22 * (14 / 42) / (81 / 82)
+    )
 
 
 def test_a_pair_is_calibrated_subtask_by_subtask_and_multiplied():
     calibration = ImaginationCalibration(PER_SKILL, pseudo_trials=2.0)
     failed = [-1, 0, 1, 1]  # pick: reached 4, completed 3; place: reached 3, completed 1
-    # pick: (3 + 2 * 1/6) / 6 = 5/9 imagined, odds 5/4 * 5/3 = 25/12 -> 25/37
-    # place: prior (3 + 1) / 6 = 2/3, (1 + 2 * 2/3) / 5 = 7/15, shift 0
-    pick, place = 25 / 37, 7 / 15
+    # pick: (3 + 2 * 1/6) / 6 = 5/9 imagined, failures 4/9 * 0.9 = 0.4 -> 0.6
+    # place: prior (3 + 1) / 6 = 2/3, (1 + 2 * 2/3) / 5 = 7/15, unchanged
+    pick, place = 0.6, 7 / 15
     assert calibration.subtask_rates("franka", ["pick", "place"], failed) == pytest.approx([pick, place])
     assert calibration.success("franka", ["pick", "place"], failed) == pytest.approx(pick * place)
     assert calibration.completion("franka", ["pick", "place"], failed) == pytest.approx(
@@ -56,7 +72,9 @@ def test_a_calibration_survives_a_round_trip_and_a_bad_file_is_refused_by_name(t
     calibration.save(tmp_path / "c.json")
     loaded = ImaginationCalibration.load(tmp_path / "c.json")
     assert loaded.to_dict() == calibration.to_dict()
-    assert json.loads((tmp_path / "c.json").read_text())["shift"]["franka place"] == 0.0
+    assert json.loads((tmp_path / "c.json").read_text())["anchors"]["franka place"] == pytest.approx(
+        [4.5 / 7] * 2
+    )
     (tmp_path / "bad.json").write_text('{"per_skill": {"franka pick": {"deployed": [3, 2]}}}')
     with pytest.raises(ValueError, match=r"bad\.json"):
         ImaginationCalibration.load(tmp_path / "bad.json")

@@ -8,15 +8,20 @@ composition that uses it, and pairs rank by which skills they hold rather than b
 
 The calibration is fitted once per (run, arm), from bootstrap-expert rollouts that no model trained on
 (the offboard stage's calibration rollouts, scored by the simulator) and their imagined twins (the same
-experts imagined from each rollout's first frame, judged as imagination always is). Per "<robot> <skill>":
+experts imagined from each rollout's first frame, judged as imagination always is). Per "<robot> <skill>"
+it keeps completed / reached on both sides, each rate q with `pseudo_trials` Beta pseudo-counts at 1/2,
+and maps an imagined rate p to a deployed one through (q_imagined, q_deployed) by scaling:
 
-    shift = logit(deployed completed / reached) - logit(imagined completed / reached)
+    optimistic skill (q_deployed <= q_imagined):  p * q_deployed / q_imagined         (successes scale)
+    pessimistic skill:                            1 - (1 - p) * (1 - q_deployed) / (1 - q_imagined)
 
-each rate with `pseudo_trials` Beta pseudo-counts at 1/2; 0 where either side never reached the skill.
-Applied to a pair's valid imagined trials, each subtask's completion where reached is shrunk toward the
-skill's imagined rate on the calibration set (by `pseudo_trials` trials), shifted, and the subtasks
-multiplied: the calibrated success, and the expected share of subtasks done before the first failure
-(calibrated completion). A skill the calibration never saw keeps its imagined rate (shift 0).
+Not a shift in log-odds: imagination can saturate (the Franka drawer opened in 80 of 80 twins, 13 of 40
+deployed), and a log-odds shift fitted there sends a pair's 20 of 20 to 0.85 while the calibration's own
+80 of 80 goes to 0.33; the scaling sends both near 0.33. A skill either side never reached keeps its
+imagined rate. Applied to a pair's valid imagined trials, each subtask's completion where reached is
+shrunk toward the skill's imagined rate on the calibration set (by `pseudo_trials` trials), mapped, and
+the subtasks multiplied: the calibrated success, and the expected share of subtasks done before the first
+failure (calibrated completion).
 
     calibration = ImaginationCalibration(per_skill(rows))      # rows: fidelity.pair_row of the twins
     calibration.success("franka", ["pick", "place"], imagined_first_failed=[-1, 0, 1, 1])
@@ -25,7 +30,6 @@ multiplied: the calibrated success, and the expected share of subtasks done befo
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +40,6 @@ from robocoach_skills.checkpoint import json_bytes, replace_file_atomically
 
 CALIBRATION_FILE = "imagination_calibration.json"  # in a run folder, beside experts/, world/, judge/
 SIDES = ("deployed", "imagined")
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
 
 
 @dataclass(frozen=True)
@@ -65,19 +61,27 @@ class ImaginationCalibration:
                         f"calibration of {skill!r}: {side} needs [completed, reached], got {sides!r}"
                     )
 
-    def _rate(self, skill: str, side: str) -> float:
-        completed, reached = self.per_skill[skill][side]
+    def _rate(self, key: str, side: str) -> float:
+        completed, reached = self.per_skill[key][side]
         return (completed + self.pseudo_trials / 2) / (reached + self.pseudo_trials)
 
-    def shift(self, robot: str, skill: str) -> float:
-        """Log-odds added to the skill's imagined completion rate; 0 for a skill never calibrated."""
-        return self._shift(f"{robot} {skill}")
-
-    def _shift(self, key: str) -> float:
-        """0 where either side never reached the skill: nothing says which way imagination errs."""
+    def anchors(self, robot: str, skill: str) -> tuple[float, float] | None:
+        """(q_imagined, q_deployed) the skill's map goes through; None (identity) where either side never
+        reached it."""
+        key = f"{robot} {skill}"
         if key not in self.per_skill or not all(self.per_skill[key][side][1] for side in SIDES):
-            return 0.0
-        return _logit(self._rate(key, "deployed")) - _logit(self._rate(key, "imagined"))
+            return None
+        return self._rate(key, "imagined"), self._rate(key, "deployed")
+
+    def adjust(self, robot: str, skill: str, imagined: float) -> float:
+        """The deployed rate an imagined completion rate of `skill` stands for."""
+        anchors = self.anchors(robot, skill)
+        if anchors is None:
+            return imagined
+        q_imagined, q_deployed = anchors
+        if q_deployed <= q_imagined:
+            return imagined * q_deployed / q_imagined
+        return 1.0 - (1.0 - imagined) * (1.0 - q_deployed) / (1.0 - q_imagined)
 
     def subtask_rates(
         self, robot: str, skills: Sequence[str], imagined_first_failed: Sequence[int]
@@ -88,10 +92,10 @@ class ImaginationCalibration:
         for i, skill in enumerate(skills):
             reached = int(np.sum((failed < 0) | (failed >= i)))
             completed = int(np.sum((failed < 0) | (failed > i)))
-            key = f"{robot} {skill}"
-            prior = self._rate(key, "imagined") if key in self.per_skill else 0.5
+            anchors = self.anchors(robot, skill)
+            prior = anchors[0] if anchors else 0.5
             imagined = (completed + self.pseudo_trials * prior) / (reached + self.pseudo_trials)
-            rates.append(_sigmoid(_logit(imagined) + self._shift(key)))
+            rates.append(self.adjust(robot, skill, imagined))
         return rates
 
     def success(self, robot: str, skills: Sequence[str], imagined_first_failed: Sequence[int]) -> float:
@@ -104,17 +108,23 @@ class ImaginationCalibration:
         return float(reached_and_done.sum() / len(skills))
 
     def describe(self) -> list[str]:
-        """One line per skill: completed where reached on both sides, and the shift they give."""
-        return [
-            f"{key}: deployed {d[0]}/{d[1]}, imagined {i[0]}/{i[1]}, shift {self._shift(key):+.2f}"
-            for key, d, i in ((k, v["deployed"], v["imagined"]) for k, v in self.per_skill.items())
-        ]
+        """One line per skill: completed where reached on both sides, and the map they give."""
+        lines = []
+        for key, sides in self.per_skill.items():
+            (dc, dr), (ic, ir) = sides["deployed"], sides["imagined"]
+            anchors = self.anchors(*key.split(" ", 1))
+            mapped = (
+                "kept as imagined" if anchors is None else f"imagined {anchors[0]:.2f} -> {anchors[1]:.2f}"
+            )
+            lines.append(f"{key}: deployed {dc}/{dr}, imagined {ic}/{ir}: {mapped}")
+        return lines
 
     def to_dict(self) -> dict:
         return {
             "pseudo_trials": self.pseudo_trials,
             "per_skill": {k: {side: list(v[side]) for side in SIDES} for k, v in self.per_skill.items()},
-            "shift": {k: self._shift(k) for k in self.per_skill},
+            # (q_imagined, q_deployed) per skill, null where kept as imagined
+            "anchors": {k: self.anchors(*k.split(" ", 1)) for k in self.per_skill},
             "source": self.source,
         }
 
