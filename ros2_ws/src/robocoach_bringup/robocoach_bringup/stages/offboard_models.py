@@ -255,6 +255,8 @@ def _markdown(data: dict, world: dict, judge: dict, calibration: ImaginationCali
     if calibration:
         lines.append(
             "Imagination calibration (held-out rollouts against their imagined twins, completed where "
-            "reached; the deployed rate the skill's imagined rate maps to): " + "; ".join(calibration.describe()) + "."
+            "reached; the deployed rate the skill's imagined rate maps to): "
+            + "; ".join(calibration.describe())
+            + "."
         )
     return "\n\n".join(lines)
