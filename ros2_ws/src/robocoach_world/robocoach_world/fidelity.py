@@ -27,12 +27,17 @@ from robocoach_world.coach.plots import plot_imagined_vs_deployed
 from robocoach_world.imagine import ImaginedTrial
 
 # fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure;
-# with a calibration (`calibrated`), also on both as calibrated per skill. measure -> (label, imagined key)
+# with a calibration (`calibrated`), also on both as calibrated per skill.
+# measure -> (label, the row's imagined value, its deployed value)
 FIDELITY_MEASURES = {
-    "success": ("success", "imagined_success"),
-    "completion": ("subtask completion", "imagined_completion"),
-    "calibrated_success": ("calibrated success", "calibrated_success"),
-    "calibrated_completion": ("calibrated subtask completion", "calibrated_completion"),
+    "success": ("success", "imagined_success", "deployed_success"),
+    "completion": ("subtask completion", "imagined_completion", "deployed_completion"),
+    "calibrated_success": ("calibrated success", "calibrated_success", "deployed_success"),
+    "calibrated_completion": (
+        "calibrated subtask completion",
+        "calibrated_completion",
+        "deployed_completion",
+    ),
 }
 MIN_PAIRS = 3  # fewer pairs than this carry no rank correlation worth reporting
 
@@ -81,11 +86,10 @@ def fidelity_measures(rows: Sequence[dict], output: Path, key: Callable[[dict], 
     a row's pair in the plots. The plots are written to `output` as imagined_vs_deployed_<measure>.png.
     """
     fidelity, files = {}, []
-    for measure, (label, imagined) in FIDELITY_MEASURES.items():
+    for measure, (label, imagined, deployed) in FIDELITY_MEASURES.items():
         pairs = [r for r in rows if r.get(imagined) is not None]
         if len(pairs) < MIN_PAIRS:
             continue
-        deployed = f"deployed_{measure.removeprefix('calibrated_')}"
         stats = plot_imagined_vs_deployed(
             {key(r): r[imagined] for r in pairs},
             {key(r): r[deployed] for r in pairs},

@@ -22,8 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from robocoach_skills.bootstrap import load_experts
-from robocoach_skills.data.episode import Episode
-from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.data.store import EpisodeMeta, EpisodeStore
 from robocoach_skills.device import select_device
 from robocoach_skills.tasks import get_composition
 from robocoach_world.calibration import ImaginationCalibration
@@ -33,14 +32,15 @@ from robocoach_world.judge.detector import judge_detector_args
 from robocoach_world.world.artifacts import load_world
 
 log = logging.getLogger("robocoach.calibration")
+TWINS_PER_ROLLOUT = 2  # imagined twins of each recorded rollout, by default
 
 
-def recorded_versions(episodes: Sequence[Episode]) -> dict[str, int]:
+def recorded_versions(rollouts: Sequence[EpisodeMeta]) -> dict[str, int]:
     """The expert versions every rollout recorded; raises if two rollouts ran different versions of a skill
     (twins of one library cannot stand for both)."""
     versions: dict[str, int] = {}
-    for episode in episodes:
-        for skill, version in episode.metadata.get("expert_versions", {}).items():
+    for rollout in rollouts:
+        for skill, version in rollout.metadata.get("expert_versions", {}).items():
             if versions.setdefault(skill, int(version)) != int(version):
                 raise ValueError(
                     f"rollouts ran {skill} at versions {versions[skill]} and {version}: calibrate on one set"
@@ -54,7 +54,7 @@ def fit_calibration(
     judge: Path,
     stores: Sequence[Path],
     imagination: ImaginationConfig,
-    rollouts_per_state: int = 2,
+    rollouts_per_state: int = TWINS_PER_ROLLOUT,
     pseudo_trials: float = ImaginationCalibration.pseudo_trials,
 ) -> tuple[ImaginationCalibration, list[dict]]:
     """(calibration, one fidelity row per (robot, composition)) from the rollouts in `stores`.
@@ -64,18 +64,19 @@ def fit_calibration(
     """
     if rollouts_per_state < 1:
         raise ValueError(f"rollouts_per_state must be >= 1, got {rollouts_per_state}")
-    groups: dict[tuple[str, str], list[Episode]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[EpisodeStore, EpisodeMeta]]] = defaultdict(list)
     for root in stores:
         store = EpisodeStore(root)
         for meta in store.iter_meta(kind="rollout"):
             if "first_failed" not in meta.metadata:
                 raise ValueError(f"{root}: rollout {meta.episode_id} has no ground-truth first_failed")
-            groups[(meta.robot, meta.composition.name)].append(store.get(meta.episode_id))
+            groups[(meta.robot, meta.composition.name)].append((store, meta))
     if not groups:
         raise ValueError(f"no recorded rollouts in {', '.join(map(str, stores))}")
-    episodes = [e for group in groups.values() for e in group]
+    metas = [meta for group in groups.values() for _, meta in group]
+    versions = recorded_versions(metas)
     device = select_device()
-    library, _, _, _ = load_experts(experts, recorded_versions(episodes) or None)
+    library, _, _, _ = load_experts(experts, versions or None)
     library.to(device)
     world_model, _ = load_world(world, device)
     rows, judges = [], {}
@@ -84,20 +85,30 @@ def fit_calibration(
             judges[robot] = judge_detector_args(judge, robot, device)
         detector_args, deadlines = judges[robot]
         composition = get_composition(robot, name)
-        seeds = [e.seed for e in group]
+        images, proprio = _first_observations(group)
+        seeds = [meta.seed for _, meta in group]
         trials = imagine_composition(
-            world_model, detector_args["judge"], library, deadlines, composition,
-            np.stack([e.images[0] for e in group]), np.stack([e.proprio[0] for e in group]),
+            world_model, detector_args["judge"], library, deadlines, composition, images, proprio,
             replace(imagination, num_rollouts=rollouts_per_state * len(group)),
-            versions=recorded_versions(group), initial_seeds=seeds, verdict=detector_args["verdict"],
+            versions=versions, initial_seeds=seeds, verdict=detector_args["verdict"],
         )  # fmt: skip
-        deployed = [int(e.metadata["first_failed"]) for e in group]
+        deployed = [int(meta.metadata["first_failed"]) for _, meta in group]
         rows.append(pair_row(composition, seeds, deployed, trials, robot=robot, policy="twins"))
         log.info("twins of %d %s:%s rollouts imagined", len(group), robot, name)
     source = {
         "stores": [str(s) for s in stores],
-        "rollouts": len(episodes),
+        "rollouts": len(metas),
         "rollouts_per_state": rollouts_per_state,
-        "versions": recorded_versions(episodes),
+        "versions": versions,
     }
     return ImaginationCalibration(per_skill(rows), pseudo_trials, source), rows
+
+
+def _first_observations(group: Sequence[tuple[EpisodeStore, EpisodeMeta]]) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, H, W, 3), proprio (N, D)): each rollout's first frame, its episode read one at a time."""
+    images, proprio = [], []
+    for store, meta in group:
+        episode = store.get(meta.episode_id)
+        images.append(episode.images[0])
+        proprio.append(episode.proprio[0])
+    return np.stack(images), np.stack(proprio)

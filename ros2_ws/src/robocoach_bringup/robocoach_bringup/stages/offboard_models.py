@@ -47,7 +47,7 @@ from robocoach_skills.tasks import training_compositions
 from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.corpus import CorpusConfig, build_corpus
 from robocoach_world.imagine import ImaginationConfig
-from robocoach_world.imagined_twins import fit_calibration
+from robocoach_world.imagined_twins import TWINS_PER_ROLLOUT, fit_calibration
 from robocoach_world.judge.checkpoint import DEADLINES_FILE
 from robocoach_world.judge.evaluate import SWITCH_TOLERANCE_S, calibrate
 from robocoach_world.judge.train import TrainConfig as JudgeTrainConfig
@@ -142,12 +142,15 @@ class CalibrateConfig:
 
     run: Path = Path("runs/demo")  # a main-job run past stage 3 (`--until offboard_models`)
     robots: tuple[str, ...] = ROBOTS  # arms to calibrate, where the run recorded calibration rollouts
-    rollouts_per_state: int = 2  # imagined twins per recorded rollout
+    rollouts_per_state: int = TWINS_PER_ROLLOUT  # imagined twins per recorded rollout
     horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
 
 
 def calibrate_imagination(
-    output: Path, stores: list[Path], imagination: ImaginationConfig, rollouts_per_state: int = 2
+    output: Path,
+    stores: list[Path],
+    imagination: ImaginationConfig,
+    rollouts_per_state: int = TWINS_PER_ROLLOUT,
 ) -> ImaginationCalibration:
     """Fit the run's imagination calibration on `stores` (held-out rollouts), write it (and the twins'
     fidelity rows, one per composition, to TWINS_FILE), return it."""
