@@ -32,6 +32,7 @@ from typing import Literal
 from tqdm import tqdm
 
 from robocoach_skills.constants import ROBOTS
+from robocoach_world.calibration import CALIBRATION_FILE
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.experiment.methods import get_methods
 from robocoach_world.experiment.runner import (
@@ -78,6 +79,9 @@ class ExperimentConfig:
     # (b, d, g): set aside experts whose demos lifted imagined success by less (AllocationConfig.min_gain);
     # None: never (the paper's rule)
     min_gain: float | None = AllocationConfig.min_gain
+    # (b, d): diagnose with the inputs' imagination calibration (<run>/imagination_calibration.json), where
+    # they have one; --no-calibrated-targets: raw imagined masses
+    calibrated_targets: bool = True
     # Evaluate every run's first and final checkpoints again on this many initial states per composition
     # (the curve's and more), for the final comparison; None: the curve's states only.
     final_rollouts: int | None = None
@@ -106,7 +110,9 @@ class ExperimentConfig:
             settings = dataclasses.replace(settings, eval_rollouts=self.eval_rollouts)
         if self.allocation is not None:
             settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
-        return dataclasses.replace(settings, targeted_min_gain=self.min_gain)
+        return dataclasses.replace(
+            settings, targeted_min_gain=self.min_gain, calibrated_targets=self.calibrated_targets
+        )
 
     def specs(self) -> list[RunSpec]:
         seeds = self.seeds if self.seeds is not None else PROFILES[self.profile][1]
@@ -179,6 +185,12 @@ def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, f
     compute = sum(r["seconds"] for r in runs)
     gain = settings.targeted_min_gain
     aside = "" if gain is None else f" (experts whose demos lifted imagined success < {gain:.0%} set aside)"
+    calibrated = sorted({f"{r['method']} on {r['robot']}" for r in runs if r.get("calibrated_targets")})
+    calibration = (
+        f"diagnosed with the inputs' imagination calibration (`{CALIBRATION_FILE}`): {', '.join(calibrated)}"
+        if calibrated
+        else "no run diagnosed with an imagination calibration"
+    )
     return "\n".join(
         [
             f"# RoboCoach matched-budget experiment ({config.profile} profile)",
@@ -187,7 +199,7 @@ def _report(config: ExperimentConfig, settings: RunSettings, experiment: dict, f
             f"subtask demos in rounds of {settings.demos_per_round}; {settings.eval_rollouts} evaluation "
             "initial states per composition (`evaluation_seeds`), the same for every method; "
             f"the targeted methods allocate by `{settings.targeted_allocation}`{aside}; "
-            f"run compute {compute:.0f} s, this invocation {experiment['wall_s']:.0f} s.",
+            f"run compute {compute:.0f} s, this invocation {experiment['wall_s']:.0f} s; {calibration}.",
             "",
             "Uniform and random acquisition run no rollouts: their coach records are priors, "
             "not imagined trials. (f) records whole-task demos instead of subtask demos (its demos "

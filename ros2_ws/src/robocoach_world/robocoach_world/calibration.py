@@ -25,6 +25,8 @@ failure (calibrated completion).
 
     calibration = ImaginationCalibration(per_skill(rows))      # rows: fidelity.pair_row of the twins
     calibration.success("franka", ["pick", "place"], imagined_first_failed=[-1, 0, 1, 1])
+
+The coach's diagnosis weighs pairs by `first_timeouts` when it has a calibration (coach.diagnosis).
 """
 
 from __future__ import annotations
@@ -106,6 +108,15 @@ class ImaginationCalibration:
         """Calibrated subtask completion: the expected share of subtasks done before the first failure."""
         reached_and_done = np.cumprod(self.subtask_rates(robot, skills, imagined_first_failed))
         return float(reached_and_done.sum() / len(skills))
+
+    def first_timeouts(
+        self, robot: str, skills: Sequence[str], imagined_first_failed: Sequence[int]
+    ) -> list[float]:
+        """Calibrated share of trials whose first timeout is at each subtask (what diagnosis weighs):
+        every subtask before it done, it not."""
+        rates = self.subtask_rates(robot, skills, imagined_first_failed)
+        reached = np.concatenate([[1.0], np.cumprod(rates)[:-1]])
+        return [float(r * (1.0 - q)) for r, q in zip(reached, rates, strict=True)]
 
     def describe(self) -> list[str]:
         """One line per skill: completed where reached on both sides, and the map they give."""

@@ -18,6 +18,13 @@ too few rollouts.
 Worked example: task A (pick, place) has 4 trials, first failures at [1, 1, 0, -1]; task B
 (press, place) has 2 trials, failures at [-1, 1]. Then mass(place) = (2/4 + 1/2) / 2 = 0.5,
 mass(pick) = (1/4 + 0) / 2 = 0.125, place was reached 3 + 2 = 5 times and completed 2 of them.
+
+**Calibrated** (given the run's `ImaginationCalibration`): a task's count of first timeouts at a pair
+is replaced by the calibrated share of trials whose first timeout is there (`first_timeouts`: its
+subtasks' imagined completion when reached, mapped to deployed and chained), so a skill imagination
+flatters (the Franka drawer, opened in 80 of 80 twins and 13 of 40 deployed) still draws demos, and
+one it under-rates draws fewer. Reach counts, eligibility and success when reached stay imagined; a
+pair that never failed in imagination is demonstrated from the states that reached it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.measures import wilson_interval
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.records import TrialRecord
 
 
@@ -78,17 +86,18 @@ class FailureSite:
     subtask_index: int  # where the pair sits in that composition
     initial_state_id: int
     seed: int  # regenerates the initial state (tasks.sample_initial_state)
-    failures: int  # valid trials from this state that first timed out at the pair
+    failures: int  # valid trials from this state that first timed out at the pair (0: it only reached it)
 
 
 @dataclass(frozen=True)
 class PairDiagnosis:
     pair: Pair
-    mass: float  # task-balanced first-timeout mass, 0..1
+    mass: float  # task-balanced first-timeout mass, 0..1 (calibrated when the diagnosis is)
     reached: int  # valid trials that reached the pair (summed over its occurrences)
     first_failures: int  # of those, trials whose first timeout was at the pair
     eligible: bool  # reached >= min_reach
     sites: tuple[FailureSite, ...]  # where the failures concentrate, most failures first
+    calibrated_success_rate: float | None = None  # success_rate mapped by the calibration, if any
 
     @property
     def success_rate(self) -> float | None:
@@ -105,6 +114,7 @@ class PairDiagnosis:
             "reached": self.reached,
             "first_failures": self.first_failures,
             "success_rate": self.success_rate,
+            "calibrated_success_rate": self.calibrated_success_rate,
             "eligible": self.eligible,
             "sites": [asdict(s) for s in self.sites],
         }
@@ -134,6 +144,7 @@ class Diagnosis:
     pairs: tuple[PairDiagnosis, ...]  # highest mass first, ties by str(pair)
     compositions: tuple[CompositionDiagnosis, ...]  # in order of first appearance
     config: DiagnosisConfig
+    calibrated: bool = False  # masses are calibrated first-timeout shares (module docstring)
 
     def eligible(self) -> list[PairDiagnosis]:
         """Pairs demos may go to: reached often enough and with some first-timeout mass, by rank."""
@@ -146,6 +157,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         return {
             "config": asdict(self.config),
+            "calibrated": self.calibrated,
             "pairs": [p.to_dict() for p in self.pairs],
             "compositions": [
                 {
@@ -180,8 +192,10 @@ def diagnose(
     records: Iterable[TrialRecord],
     compositions: Iterable[Composition],
     config: DiagnosisConfig | None = None,
+    calibration: ImaginationCalibration | None = None,
 ) -> Diagnosis:
-    """Score every pair of every composition that has trials; `compositions` resolves record names.
+    """Score every pair of every composition that has trials; `compositions` resolves record names;
+    with a `calibration`, masses are calibrated (module docstring).
 
     Raises ValueError for a record whose composition is unknown or whose route disagrees with it.
     """
@@ -207,19 +221,27 @@ def diagnose(
     reached: Counter[Pair] = Counter()
     failures: Counter[Pair] = Counter()
     sites: dict[Pair, Counter[tuple[str, int, int, int]]] = defaultdict(Counter)
+    reach_sites: dict[Pair, Counter[tuple[str, int, int, int]]] = defaultdict(Counter)
     for key, trials in by_task.items():
         comp = known[key]
         pairs = [Pair(comp.robot, s) for s in comp.subtasks]
-        for pair in pairs:
-            mass.setdefault(pair, 0.0)
+        if calibration is None:
+            shares = [0.0] * len(pairs)  # counted trial by trial below
+        else:
+            failed = [t.first_failed_index for t in trials]
+            shares = calibration.first_timeouts(comp.robot, comp.skills, failed)
+        for pair, share in zip(pairs, shares, strict=True):
+            mass[pair] = mass.get(pair, 0.0) + share / len(by_task)
         for t in trials:
             last = len(pairs) - 1 if t.success else t.first_failed_index
-            for pair in pairs[: last + 1]:
+            for i, pair in enumerate(pairs[: last + 1]):
                 reached[pair] += 1
+                reach_sites[pair][(comp.name, i, t.initial_state_id, t.seed)] += 1
             if not t.success:
                 pair = pairs[t.first_failed_index]
                 failures[pair] += 1
-                mass[pair] += 1.0 / (len(trials) * len(by_task))
+                if calibration is None:
+                    mass[pair] += 1.0 / (len(trials) * len(by_task))
                 sites[pair][(comp.name, t.first_failed_index, t.initial_state_id, t.seed)] += 1
 
     diagnosed = [
@@ -229,15 +251,24 @@ def diagnose(
             reached=reached[pair],
             first_failures=failures[pair],
             eligible=reached[pair] >= config.min_reach,
-            sites=tuple(
-                FailureSite(*site, failures=n)
-                for site, n in sorted(sites[pair].items(), key=lambda kv: (-kv[1], kv[0]))[: config.top_sites]
+            sites=tuple(  # states that reached the pair stand in where it never failed
+                FailureSite(*site, failures=sites[pair][site])
+                for site, _ in sorted(
+                    (sites[pair] or reach_sites[pair]).items(), key=lambda kv: (-kv[1], kv[0])
+                )[: config.top_sites]
+            ),
+            calibrated_success_rate=(
+                None
+                if calibration is None or not reached[pair]
+                else calibration.adjust(pair.robot, pair.expert, 1.0 - failures[pair] / reached[pair])
             ),
         )
         for pair, m in mass.items()
     ]
     diagnosed.sort(key=lambda p: (-p.mass, str(p.pair)))
-    return Diagnosis(tuple(diagnosed), _compositions(known, by_task, invalid), config)
+    return Diagnosis(
+        tuple(diagnosed), _compositions(known, by_task, invalid), config, calibrated=calibration is not None
+    )
 
 
 def _compositions(

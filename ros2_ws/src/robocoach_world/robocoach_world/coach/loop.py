@@ -10,8 +10,10 @@ clips/*.png): the failure clips ports return are written there right away, so on
 that may be shown are held, and only until then. A coach restarted mid-IMAGINE shows clips of the
 compositions imagined after the restart only.
 
-    coach = Coach(config, state, compositions, library, registry, store, ports)
+    coach = Coach(config, state, compositions, library, registry, store, ports, calibration)
     coach.run()          # until the budget is spent or config.rounds rounds are done
+
+With the run's `ImaginationCalibration` (None: none), rounds are diagnosed with calibrated masses.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from robocoach_skills.composition import Composition
 from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts.model import ExpertLibrary
 from robocoach_skills.experts.registry import AdapterRegistry
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig, Unresponsive, allocate, unresponsive_experts
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
@@ -106,11 +109,13 @@ class Coach:
         registry: AdapterRegistry,
         store: EpisodeStore,
         ports: CoachPorts,
+        calibration: ImaginationCalibration | None = None,
     ) -> None:
         if state.budget != config.budget:
             raise ValueError(f"coach state has a budget of {state.budget}, the config {config.budget}")
         self.config, self.state, self.compositions = config, state, list(compositions)
         self.library, self.registry, self.store, self.ports = library, registry, store, ports
+        self.calibration = calibration
 
     @property
     def finished(self) -> bool:
@@ -133,9 +138,11 @@ class Coach:
             self._improve()
         return step.action
 
-    def _diagnosis(self) -> Diagnosis:
-        """This round's diagnosis, from the persisted records (so it survives a restart)."""
-        return diagnose(self.state.records, self.compositions, self.config.diagnosis)
+    def _diagnosis(self, records: Sequence[TrialRecord] | None = None) -> Diagnosis:
+        """The diagnosis of `records`; by default this round's, from the persisted records (so it
+        survives a restart)."""
+        records = self.state.records if records is None else records
+        return diagnose(records, self.compositions, self.config.diagnosis, self.calibration)
 
     # ------------------------------------------------------------------ phases
     def _imagine_and_allocate(self, done: set[tuple[str, str]]) -> None:
@@ -171,7 +178,7 @@ class Coach:
         for closed in self.state.history:
             records = [TrialRecord.from_dict(r) for r in closed["records"]]
             given = {d["pair"] for d in closed["allocation"].get("demos", []) if d["n_demos"] > 0}
-            rounds.append((diagnose(records, self.compositions, self.config.diagnosis), given))
+            rounds.append((self._diagnosis(records), given))
         return unresponsive_experts(rounds, diagnosis, min_gain)
 
     def _collect(self, requests: Sequence[RequestState]) -> None:

@@ -164,15 +164,31 @@ def scorecard(
 def scorecard_markdown(data: dict, link_base: str = "") -> str:
     """The markdown of a scorecard's dict; `link_base` + a clip's path must lead to its PNG from
     where the markdown is read (a report in another folder than the clips' passes that folder)."""
+    calibrated = data.get("calibrated", False)
     lines = [
         "| pair | expert | success when reached | reached | first-timeout mass "
         "| failures concentrate at | demos |",
         "|---|---|---|---|---|---|---|",
     ]
+    if calibrated:
+        lines = [
+            "Imagined outcomes calibrated per skill against deployment (the run's imagination "
+            "calibration): success when reached shows imagined -> calibrated, and the masses are "
+            "calibrated.",
+            "",
+            *lines,
+        ]
     for p in data["pairs"]:
         rate = "-" if p["success_rate"] is None else f"{p['success_rate']:.0%}"
+        if calibrated and p.get("calibrated_success_rate") is not None:
+            rate += f" -> {p['calibrated_success_rate']:.0%}"
         reached = f"{p['reached']}" + ("" if p["eligible"] else " (too few)")
-        sites = ", ".join(f"{s['composition']} seed {s['seed']} ({s['failures']}x)" for s in p["sites"])
+        sites = ", ".join(
+            f"{s['composition']} seed {s['seed']} ({s['failures']}x)"
+            if s["failures"]
+            else f"{s['composition']} seed {s['seed']} (reached, never failed)"
+            for s in p["sites"]
+        )
         lines.append(
             f"| {p['pair']} | {p['expert']} | {rate} | {reached} | {p['mass']:.3f} | {sites or '-'} "
             f"| {p['requested_demos']} |"

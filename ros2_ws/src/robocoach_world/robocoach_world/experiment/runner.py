@@ -49,6 +49,7 @@ from robocoach_skills.sim.scene import SceneConfig, SimScene
 from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import get_composition, held_out_compositions, training_compositions
 from robocoach_skills.teleop.scripted import ScriptedSession, ScriptedSessionConfig
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ROUND_METRIC, ImproveConfig
@@ -112,6 +113,9 @@ class RunSettings:
     min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
     targeted_allocation: str = AllocationConfig.strategy  # (b, c, d, g)'s strategy (methods.TARGETED)
     targeted_min_gain: float | None = AllocationConfig.min_gain  # (b, d, g): AllocationConfig.min_gain
+    # (b, d): diagnose imagined trials with the inputs' imagination calibration, where they have one
+    # (coach.diagnosis: calibrated masses); False: raw imagined masses
+    calibrated_targets: bool = True
     shared_init_steps: int = 300  # shared-adapter baselines: steps per skill fitting the shared adapter
     end_to_end_init_steps: int = 300  # (f): steps per composition fitting its policy on bootstrap demos
     max_takes_per_demo: int = 5  # scripted operator takes before a demo slot is given up
@@ -323,6 +327,7 @@ class _Run:
             ),
         )
         station = ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
+        self.calibration = target_calibration(inputs, self.method, settings)
         self.teacher: Coach | WholeTaskTeacher
         if self.method.policy == PolicyKind.END_TO_END:
             frames = frames_per_subtask_demo(self.store, spec.robot, self.train)
@@ -342,7 +347,9 @@ class _Run:
                 self._targets(inputs), ScriptedSession(self.scene, self.store, station), spec.robot
             )
             coach = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
-            self.teacher = Coach(config, coach, self.train, self.library, registry, self.store, ports)
+            self.teacher = Coach(
+                config, coach, self.train, self.library, registry, self.store, ports, self.calibration
+            )
         self.state = self.teacher.state
 
     def frames(self, episode_ids: Iterable[str]) -> int:
@@ -494,6 +501,15 @@ def shared_evaluation(
         return point
 
 
+def target_calibration(inputs: Path, method: Method, settings: RunSettings) -> ImaginationCalibration | None:
+    """The calibration `method`'s diagnosis runs with: the inputs' (offboard stage, step 5) for
+    world-model targets under `settings.calibrated_targets`; None where they have none."""
+    path = Path(inputs) / CALIBRATION_FILE
+    if method.targets != Targets.WORLD_MODEL or not settings.calibrated_targets or not path.exists():
+        return None
+    return ImaginationCalibration.load(path)
+
+
 def allocation_config(method: Method, settings: RunSettings) -> AllocationConfig:
     """How `method` splits a round: its strategy, and the set-aside gain where rollouts stand behind its
     records (a blind method's records are priors: no gain to judge)."""
@@ -518,6 +534,8 @@ def _claim_settings(run_dir: Path, settings: RunSettings, method: Method) -> Non
         unread.add("targeted_allocation")
     if not method.judges_gain:  # (a, c, e, f)
         unread.add("targeted_min_gain")
+    if method.targets != Targets.WORLD_MODEL:  # (a, c, e, f, g)
+        unread.add("calibrated_targets")
     changed = {k: (theirs.get(k), v) for k, v in mine.items() if k not in unread and theirs.get(k) != v}
     if changed:
         raise ValueError(
@@ -558,6 +576,7 @@ def run_one(
         "robot": spec.robot,
         "seed": spec.seed,
         "settings": asdict(settings),
+        "calibrated_targets": run.calibration is not None,  # diagnosed with the inputs' calibration
         "training": [c.name for c in run.train],
         "held_out": [c.name for c in run.held_out],
         "subtasks": {c.name: [str(s) for s in c.subtasks] for c in (*run.train, *run.held_out)},
