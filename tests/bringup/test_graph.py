@@ -18,6 +18,7 @@ from robocoach_bringup.graph import (
     load_parameter_file,
 )
 from robocoach_bringup.processes import node_executable, parameter_args
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ImproveConfig
@@ -63,6 +64,18 @@ def test_parameters_merge_yaml_then_run_paths_then_overrides(tmp_path):
     assert executor["experts_dir"] == str(tmp_path / "experts") and executor["robot"] == "franka"
     assert specs["world_model"].parameters["experts_dir"] == executor["experts_dir"]  # one place per fact
     assert specs["world_model"].machine == OFFBOARD_MACHINE and specs["sim_robot"].machine == ROBOT_MACHINE
+
+
+def test_the_coach_diagnoses_with_the_runs_imagination_calibration_once_there_is_one(tmp_path):
+    def coach_parameters():
+        specs = {s.name: s for s in describe_graph(GraphConfig(robot="franka", run_dir=tmp_path))}
+        return specs["coach"].parameters
+
+    assert coach_parameters()["calibration_file"] == ""  # raw imagined masses
+    ImaginationCalibration({"franka pick": {"deployed": [1, 4], "imagined": [3, 4]}}).save(
+        tmp_path / CALIBRATION_FILE
+    )
+    assert coach_parameters()["calibration_file"] == str(tmp_path / CALIBRATION_FILE)
 
 
 def test_the_coach_yaml_states_the_defaults_the_coach_node_takes_from_the_code():

@@ -7,6 +7,7 @@ from coach_helpers import BUTTONS, PICK, PLACE, PRESS_GREEN, PRESS_RED, TASK_A, 
 
 from robocoach_skills.composition import Composition
 from robocoach_skills.measures import wilson_interval
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.diagnosis import DiagnosisConfig, Pair, diagnose
 
 
@@ -97,3 +98,39 @@ def test_records_that_do_not_fit_their_composition_are_refused():
     wrong = trials(TASK_A, [0])[0]
     with pytest.raises(ValueError, match="routes"):
         diagnose([wrong], [Composition("task_a", "franka", (PICK, PICK, PLACE))])
+
+
+def test_a_calibration_that_agrees_with_imagination_gives_the_counted_masses():
+    agreeing = {f"franka {skill}": {"deployed": [1, 2], "imagined": [1, 2]} for skill in ("pick", "place")}
+    counted = diagnose(_records(), [TASK_A, TASK_B])
+    calibrated = diagnose(
+        _records(), [TASK_A, TASK_B], calibration=ImaginationCalibration(agreeing, pseudo_trials=1e-9)
+    )
+    assert calibrated.calibrated and not counted.calibrated
+    assert [(p.pair, p.reached, p.first_failures, p.sites) for p in calibrated.pairs] == [
+        (p.pair, p.reached, p.first_failures, p.sites) for p in counted.pairs
+    ]
+    assert [p.mass for p in calibrated.pairs] == pytest.approx([p.mass for p in counted.pairs], abs=1e-9)
+
+
+def test_a_flattered_skill_draws_calibrated_mass_from_the_states_that_reached_it():
+    # place completes in all 4 imagined trials; deployed it completes half the time it is reached
+    calibration = ImaginationCalibration(
+        {"franka place": {"deployed": [5, 10], "imagined": [10, 10]}}, pseudo_trials=1e-9
+    )
+    records = trials(TASK_A, [0, -1, -1, -1], states=[(0, 100), (1, 101), (1, 101), (2, 102)])
+    d = diagnose(records, [TASK_A], DiagnosisConfig(min_reach=1), calibration)
+    by_pair = {p.pair.subtask: p for p in d.pairs}
+    pick, place = by_pair[PICK], by_pair[PLACE]
+    # pick is not calibrated: 3/4 where reached; place 3/3 imagined, scaled by 0.5 / 1.0
+    assert pick.mass == pytest.approx(1 / 4) and pick.calibrated_success_rate == pytest.approx(3 / 4)
+    assert place.mass == pytest.approx(3 / 4 * 1 / 2)
+    assert (place.first_failures, place.success_rate) == (0, 1.0)
+    assert place.calibrated_success_rate == pytest.approx(0.5)
+    assert [p.pair.subtask for p in d.eligible()] == [PLACE, PICK]
+    # it never failed in imagination: its demos start where it was reached, most often first
+    assert [(s.initial_state_id, s.seed, s.failures) for s in place.sites] == [(1, 101, 0), (2, 102, 0)]
+    assert [(s.initial_state_id, s.failures) for s in pick.sites] == [(0, 1)]
+    assert d.to_dict()["calibrated"] and d.to_dict()["pairs"][0]["calibrated_success_rate"] == pytest.approx(
+        0.5
+    )

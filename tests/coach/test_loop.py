@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.improve import ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
@@ -104,6 +105,24 @@ def test_rounds_spend_exactly_the_budget_on_the_failing_pairs(world):
         )
         assert all((folder / c["path"]).is_file() for c in clips)
         assert (folder / "scorecard.md").read_text().strip() == h["summary"]["scorecard"]
+
+
+def test_a_calibrated_coach_asks_for_demos_of_a_skill_imagination_flatters(world):
+    tmp_path, store, library, registry = world
+    # the red press never fails first in imagination (task_b fails at place), but deployed it completes
+    # 1 in 10 times where imagined it completes 10 of 10
+    calibration = ImaginationCalibration(
+        {"franka press_button": {"deployed": [1, 10], "imagined": [10, 10]}}, pseudo_trials=1e-9
+    )
+    state = CoachState.open(tmp_path / "coach" / "coach_state.json", CONFIG.budget, {s: 0 for s in SKILLS})
+    coach = Coach(CONFIG, state, [TASK_A, TASK_B], library, registry, store, MemoryPorts(store), calibration)
+    assert coach.step() == Action.IMAGINE
+    # calibrated masses: press 0.9 / 2, place (0.8 * 0.75 + 0.1 * 0.5) / 2, pick 0.2 / 2; uncalibrated the
+    # demos go to place and pick (test_rounds_spend_exactly_the_budget_on_the_failing_pairs)
+    requests = sorted((r.subtask.skill, r.count) for r in state.requests.values())
+    assert requests == [("place", 2), ("press_button", 2)]
+    card = (tmp_path / "coach" / "round_000" / "scorecard.md").read_text()
+    assert "calibrated" in card and "| 100% -> 10% |" in card
 
 
 def test_experts_whose_demos_did_not_lift_imagined_success_are_set_aside_the_next_round(world):

@@ -1,4 +1,5 @@
-"""`robocoach experiment --allocation` and `--min-gain`: one setting for the targeted methods."""
+"""`robocoach experiment --allocation`, `--min-gain` and `--no-calibrated-targets`: one setting for the
+targeted methods."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import json
 import pytest
 
 from robocoach_bringup.experiment import ExperimentConfig
+from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.experiment.methods import METHODS, REFERENCE, ROUND_ROBIN, TARGETED, PolicyKind
-from robocoach_world.experiment.runner import SETTINGS_FILE, RunSettings, _claim_settings, allocation_config
+from robocoach_world.experiment.runner import (
+    SETTINGS_FILE,
+    RunSettings,
+    _claim_settings,
+    allocation_config,
+    target_calibration,
+)
 
 REFERENCE_METHOD = METHODS[REFERENCE]
 
@@ -58,6 +66,36 @@ def test_a_run_folder_from_before_the_min_gain_setting_ran_the_paper_rule(tmp_pa
         _claim_settings(run_dir, RunSettings(), REFERENCE_METHOD)
 
 
+def test_the_world_model_methods_diagnose_with_the_inputs_calibration_unless_told_not_to(inputs):
+    settings = ExperimentConfig(run=inputs).settings()
+    assert settings.calibrated_targets
+    assert all(target_calibration(inputs, m, settings) is None for m in METHODS.values())  # none to use
+    ImaginationCalibration({"franka pick": {"deployed": [1, 4], "imagined": [3, 4]}}).save(
+        inputs / CALIBRATION_FILE
+    )
+    used = {n for n, m in METHODS.items() if target_calibration(inputs, m, settings) is not None}
+    assert used == {"shared_targeted", "robocoach"}  # the oracle's targets are deployed, not imagined
+    assert target_calibration(inputs, REFERENCE_METHOD, settings).anchors("franka", "pick") == (
+        pytest.approx(4 / 6),
+        pytest.approx(2 / 6),
+    )
+    raw = ExperimentConfig(run=inputs, calibrated_targets=False).settings()
+    assert not raw.calibrated_targets and target_calibration(inputs, REFERENCE_METHOD, raw) is None
+    (inputs / CALIBRATION_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=CALIBRATION_FILE):
+        target_calibration(inputs, REFERENCE_METHOD, settings)
+
+
+def test_a_run_folder_from_before_calibrated_targets_ran_raw_masses(tmp_path):
+    _claim_settings(tmp_path, RunSettings(), REFERENCE_METHOD)
+    settings = json.loads((tmp_path / SETTINGS_FILE).read_text())
+    del settings["calibrated_targets"]
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps(settings))
+    _claim_settings(tmp_path, RunSettings(calibrated_targets=False), REFERENCE_METHOD)
+    with pytest.raises(ValueError, match=r"calibrated_targets.*\(False, True\)"):
+        _claim_settings(tmp_path, RunSettings(), REFERENCE_METHOD)
+
+
 def test_an_unknown_strategy_is_refused_when_configured(inputs):
     with pytest.raises(ValueError, match=r"unknown allocation strategy 'biggest'.*proportional"):
         ExperimentConfig(run=inputs, allocation="biggest")
@@ -77,13 +115,19 @@ def test_a_run_folder_is_never_read_back_under_other_settings(tmp_path):
         ("modular_uniform", set()),
         ("end_to_end", set()),
         ("modular_random", {"targeted_allocation"}),
-        ("robocoach", {"targeted_allocation", "targeted_min_gain"}),
+        ("shared_targeted", {"targeted_allocation", "targeted_min_gain", "calibrated_targets"}),
+        ("robocoach", {"targeted_allocation", "targeted_min_gain", "calibrated_targets"}),
         ("oracle", {"targeted_allocation", "targeted_min_gain"}),
     ],
 )
 def test_a_run_is_read_back_under_settings_its_method_does_not_read(tmp_path, method, reads):
     _claim_settings(tmp_path, RunSettings(), METHODS[method])
-    for changed in ({"targeted_allocation": "proportional"}, {"targeted_min_gain": 0.1}):
+    changes = (
+        {"targeted_allocation": "proportional"},
+        {"targeted_min_gain": 0.1},
+        {"calibrated_targets": False},
+    )
+    for changed in changes:
         if set(changed) & reads:
             with pytest.raises(ValueError, match=next(iter(changed))):
                 _claim_settings(tmp_path, RunSettings(**changed), METHODS[method])

@@ -55,6 +55,10 @@ def test_a_pair_is_calibrated_subtask_by_subtask_and_multiplied():
     assert calibration.completion("franka", ["pick", "place"], failed) == pytest.approx(
         (pick + pick * place) / 2
     )
+    # first timeouts: at pick 1 - pick, at place pick * (1 - place); with the success they cover every trial
+    timeouts = calibration.first_timeouts("franka", ["pick", "place"], failed)
+    assert timeouts == pytest.approx([1 - pick, pick * (1 - place)])
+    assert sum(timeouts) + pick * place == pytest.approx(1.0)
 
 
 def test_where_both_sides_agree_the_calibrated_success_is_the_imagined_one():

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from robocoach_skills.constants import ROBOTS
+from robocoach_world.calibration import CALIBRATION_FILE
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"  # in the source tree
 BACKENDS = ("sim", "hardware")  # hardware: the arm's driver publishes the robot topics, no sim node
@@ -65,6 +66,11 @@ class RunPaths:
     @property
     def coach(self) -> Path:
         return self.root / "coach"
+
+    @property
+    def calibration(self) -> Path:
+        """Imagination calibration (offboard stage, step 5); the coach diagnoses with it when present."""
+        return self.root / CALIBRATION_FILE
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ def _nodes(config: GraphConfig, paths: RunPaths) -> list[NodeSpec]:
                 **experts,
                 "store": str(paths.episodes),
                 "state_dir": str(paths.coach),
+                "calibration_file": str(paths.calibration) if paths.calibration.exists() else "",
                 "reset_scene": config.backend == "sim",  # on hardware the scene is set up by the operator
             },
         )

@@ -82,6 +82,8 @@ log = logging.getLogger("robocoach.experiment")
 STATE_FILE, RESULT_FILE, DONE_FILE = "coach_state.json", "result.json", "DONE"
 SETTINGS_FILE = "settings.json"  # the RunSettings a run directory was started with
 EXPERIMENT_FILE = "experiment.json"  # in an experiment's output folder: every run's result and the summary
+# What a run folder written before a setting existed ran (its settings.json lacks the key).
+SETTINGS_BEFORE = {"targeted_min_gain": None, "calibrated_targets": False}
 
 
 @dataclass(frozen=True)
@@ -528,7 +530,7 @@ def _claim_settings(run_dir: Path, settings: RunSettings, method: Method) -> Non
     if not path.exists():
         replace_file_atomically(path, json_bytes(mine))
         return
-    theirs = json.loads(path.read_text())
+    theirs = {**SETTINGS_BEFORE, **json.loads(path.read_text())}
     unread = set()
     if method.allocation != TARGETED:  # (a, e, f)
         unread.add("targeted_allocation")

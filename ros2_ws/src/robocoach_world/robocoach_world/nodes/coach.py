@@ -63,6 +63,7 @@ from robocoach_skills.nodes.conversions import composition_to_msg, image_to_msg,
 from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.nodes.station import OPERATOR_QOS
 from robocoach_skills.tasks import get_composition, training_compositions
+from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
@@ -219,6 +220,8 @@ class CoachNode(Node):
         experts_dir = Path(declare("experts_dir", "").value)  # backbone + adapters (shared registry)
         store_dir = Path(declare("store", "").value)  # the episode store demos are written to
         state_dir = Path(declare("state_dir", "runs/demo/coach").value)  # coach_state.json lives here
+        # the run's imagination calibration (offboard stage, step 5): calibrated diagnosis; "": raw
+        calibration_file = declare("calibration_file", "").value
         # Coaching rules default to their dataclasses (config/robocoach.yaml sets the same values).
         budget = declare("budget", CoachConfig.budget).value  # subtask demos over all rounds
         demos_per_round = declare("demos_per_round", CoachConfig.demos_per_round).value
@@ -263,9 +266,11 @@ class CoachNode(Node):
             scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
         )
         self.state = CoachState.open(state_dir / STATE_FILE, budget, versions)
+        calibration = ImaginationCalibration.load(Path(calibration_file)) if calibration_file else None
         self.coach = Coach(
-            config, self.state, compositions, library, registry, EpisodeStore(store_dir), RosPorts(self)
-        )
+            config, self.state, compositions, library, registry, EpisodeStore(store_dir), RosPorts(self),
+            calibration,
+        )  # fmt: skip
 
         group = ReentrantCallbackGroup()
         self._sensor = threading.Condition()
