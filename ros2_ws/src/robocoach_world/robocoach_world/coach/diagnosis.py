@@ -225,11 +225,12 @@ def diagnose(
     for key, trials in by_task.items():
         comp = known[key]
         pairs = [Pair(comp.robot, s) for s in comp.subtasks]
-        if calibration is None:
-            shares = [0.0] * len(pairs)  # counted trial by trial below
-        else:
-            failed = [t.first_failed_index for t in trials]
-            shares = calibration.first_timeouts(comp.robot, comp.skills, failed)
+        failed = [t.first_failed_index for t in trials]  # -1: succeeded
+        shares = (  # of the task's trials, those whose first timeout is at each subtask
+            [failed.count(i) / len(trials) for i in range(len(pairs))]
+            if calibration is None
+            else calibration.first_timeouts(comp.robot, comp.skills, failed)
+        )
         for pair, share in zip(pairs, shares, strict=True):
             mass[pair] = mass.get(pair, 0.0) + share / len(by_task)
         for t in trials:
@@ -240,8 +241,6 @@ def diagnose(
             if not t.success:
                 pair = pairs[t.first_failed_index]
                 failures[pair] += 1
-                if calibration is None:
-                    mass[pair] += 1.0 / (len(trials) * len(by_task))
                 sites[pair][(comp.name, t.first_failed_index, t.initial_state_id, t.seed)] += 1
 
     diagnosed = [
