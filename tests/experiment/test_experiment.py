@@ -300,3 +300,7 @@ def test_fidelity_adds_calibrated_measures_where_the_inputs_hold_a_calibration(e
         assert row["calibrated_success"] == (pytest.approx(expected) if row["imagined_valid"] else None)
     report = (config.output / "fidelity" / "fidelity.md").read_text()
     assert "Calibrated measures" in report and CALIBRATION_FILE in report
+    # the diagnosis of each checkpoint's training compositions, raw and calibrated, against deployment's
+    assert {d["policy"] for d in result["diagnosis"]} == {r["policy"] for r in result["rows"]}
+    assert all({"raw", "calibrated"} <= set(d) for d in result["diagnosis"])
+    assert "Diagnosis vs deployment" in report

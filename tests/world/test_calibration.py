@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from scipy import stats
 
 from robocoach_world.calibration import ImaginationCalibration
-from robocoach_world.fidelity import calibrated, fidelity_markdown, fidelity_measures
+from robocoach_world.fidelity import (
+    calibrated,
+    diagnosis_agreement,
+    diagnosis_markdown,
+    fidelity_markdown,
+    fidelity_measures,
+)
 
 # pick: deployed 2 of 10 reached, imagined 1 of 10; place: the same on both sides
 PER_SKILL = {
@@ -113,3 +120,39 @@ def test_rows_gain_calibrated_measures_only_for_arms_with_a_calibration(tmp_path
     assert stats["pairs"] == 3 and stats["spearman"] == pytest.approx(1.0)  # ordered as deployed
     assert "Imagined vs deployed calibrated success over 3" in "\n".join(fidelity_markdown(measures))
     assert (tmp_path / "imagined_vs_deployed_calibrated_success.png").exists()
+
+
+def _checkpoint_row(composition, deployed, imagined, policy="start", held_out=False):
+    return {
+        "robot": "franka", "policy": policy, "composition": composition, "held_out": held_out,
+        "deployed_first_failed": deployed, "imagined_first_failed": imagined,
+    }  # fmt: skip
+
+
+def test_diagnosis_agreement_ranks_imagined_masses_against_deployed_ones_per_checkpoint():
+    rows = [
+        _checkpoint_row("pick_place_bin", deployed=[0, 0, 1, -1], imagined=[1, 1, -1, -1]),
+        _checkpoint_row("press_push", deployed=[1, 1, -1, -1], imagined=[1, -1, -1, -1]),
+        _checkpoint_row(
+            "push_then_press", deployed=[0, 0], imagined=[-1, -1], held_out=True
+        ),  # not coached: left out
+        _checkpoint_row("press_push", deployed=[-1], imagined=[1], policy="robocoach/seed0@150"),
+    ]
+    start, coached = diagnosis_agreement(rows, {})
+    # masses over the two tasks, deployed: pick (2/4)/2, place (1/4)/2, press 0, push (2/4)/2;
+    # imagined: pick 0, place (2/4)/2, press 0, push (1/4)/2
+    deployed, imagined = [0.25, 0.125, 0.0, 0.25], [0.0, 0.25, 0.0, 0.125]
+    assert start["pairs"] == 4 and "calibrated" not in start
+    assert start["raw"]["spearman"] == pytest.approx(stats.spearmanr(imagined, deployed).statistic)
+    assert start["deployed_top"] == ["franka:pick(red_cube)", "franka:push(green_cube, pad)"]  # tie: by name
+    assert start["raw"]["top"] == ["franka:place(red_cube, bin)", "franka:push(green_cube, pad)"]
+    assert start["raw"]["top_shared"] == 1
+    # deployed, the one press_push trial succeeds: every pair weighs 0, no rank to correlate
+    assert coached["policy"] == "robocoach/seed0@150" and coached["raw"]["spearman"] is None
+    agreeing = {f"franka {s}": {"deployed": [1, 2], "imagined": [1, 2]} for s in ("pick", "place", "push")}
+    calibration = ImaginationCalibration(agreeing, pseudo_trials=1e-9)
+    start_calibrated = diagnosis_agreement(rows, {"franka": calibration})[0]
+    assert start_calibrated["calibrated"]["spearman"] == pytest.approx(start["raw"]["spearman"])
+    lines = "\n".join(diagnosis_markdown([start_calibrated, coached]))
+    assert "| franka | start | 4 |" in lines and "| - |" in lines
+    assert f"raw {start['raw']['spearman']:.3f} over 1 checkpoints" in lines

@@ -5,8 +5,9 @@ imagined from the same ones. `pair_row` turns both sides into one row; `fidelity
 Spearman, Pearson and MMRV of imagined vs deployed success and subtask completion over the rows (with
 a scatter plot each), the first-failure agreement of paired trials, and per skill how often it
 completes where reached, deployed and imagined (a world or judge biased on one skill shows there).
-The main job's evaluation stage and `robocoach fidelity` (over a finished experiment) both report
-through these two.
+`diagnosis_agreement` asks what the coach acts on: per checkpoint, do imagined first failures rank the
+(subtask, expert) pairs by first-timeout mass as deployed ones do? The main job's evaluation stage and
+`robocoach fidelity` (over a finished experiment) both report through these.
 
     row = pair_row(composition, seeds, deployed_first_failed, trials, robot="franka", policy="round 1")
     measures = fidelity_measures(rows, out_dir, key=lambda r: f"{r['robot']}:{r['composition']}")
@@ -14,17 +15,21 @@ through these two.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from robocoach_skills.composition import Composition
-from robocoach_skills.measures import first_failure_agreement, subtask_completion, tally_reached
+from robocoach_skills.measures import first_failure_agreement, spearman, subtask_completion, tally_reached
 from robocoach_skills.tasks import get_composition
 from robocoach_world.calibration import ImaginationCalibration
+from robocoach_world.coach.allocation import AllocationConfig
+from robocoach_world.coach.diagnosis import diagnose
 from robocoach_world.coach.plots import plot_imagined_vs_deployed
 from robocoach_world.imagine import ImaginedTrial
+from robocoach_world.records import TrialRecord
 
 # fidelity is measured on each: whole-task success, and the share of subtasks done before the first failure;
 # with a calibration (`calibrated`), also on both as calibrated per skill.
@@ -133,6 +138,51 @@ def calibrated(rows: Sequence[dict], calibrations: Mapping[str, ImaginationCalib
     return out
 
 
+def diagnosis_agreement(
+    rows: Sequence[dict],
+    calibrations: Mapping[str, ImaginationCalibration],
+    top_m: int = AllocationConfig.top_m,
+) -> list[dict]:
+    """Per (robot, policy) over its training compositions: the Spearman of imagined first-timeout masses
+    (raw, and calibrated where the arm has a calibration) against the masses of the deployed trials,
+    and how many of imagination's `top_m` pairs (where demos go) are among deployment's `top_m`.
+    A policy whose pairs all weigh the same on one side has a Spearman of None."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        if not r["held_out"]:
+            groups[(r["robot"], str(r["policy"]))].append(r)
+    out = []
+    for (robot, policy), group in groups.items():
+        compositions = [get_composition(robot, r["composition"]) for r in group]
+        deployed = diagnose(_trial_records(group, "deployed"), compositions)
+        truth = {p.pair: p.mass for p in deployed.pairs}
+        top = {p.pair for p in deployed.pairs[:top_m]}
+        entry = {"robot": robot, "policy": policy, "pairs": len(truth)}
+        entry["deployed_top"] = [str(p.pair) for p in deployed.pairs[:top_m]]
+        for name, calibration in (("raw", None), ("calibrated", calibrations.get(robot))):
+            if name == "calibrated" and calibration is None:
+                continue
+            imagined = diagnose(_trial_records(group, "imagined"), compositions, calibration=calibration)
+            masses = {p.pair: p.mass for p in imagined.pairs}
+            rho = spearman([masses.get(k, 0.0) for k in truth], list(truth.values()))
+            entry[name] = {
+                "spearman": None if np.isnan(rho) else rho,
+                "top": [str(p.pair) for p in imagined.pairs[:top_m]],
+                "top_shared": len(top & {p.pair for p in imagined.pairs[:top_m]}),
+            }
+        out.append(entry)
+    return out
+
+
+def _trial_records(rows: Sequence[dict], source: str) -> list[TrialRecord]:
+    """A row's deployed or (valid) imagined trials as the coach's records, for `diagnose`."""
+    return [
+        TrialRecord.of_route(get_composition(r["robot"], r["composition"]), {}, f, k, k, source)
+        for r in rows
+        for k, f in enumerate(r[f"{source}_first_failed"])
+    ]
+
+
 def per_skill(rows: Sequence[dict]) -> dict[str, dict[str, list[int]]]:
     """ "<robot> <skill>" -> {"deployed": [completed, reached], "imagined": [...]} over the rows' trials
     (imagined: the valid ones). A skill imagined to complete far more (or less) often than it does
@@ -178,4 +228,42 @@ def fidelity_markdown(measures: dict) -> list[str]:
                 for s, c in measures["per_skill"].items()
             ),
         ]
+    return lines
+
+
+def diagnosis_markdown(entries: Sequence[dict]) -> list[str]:
+    """`diagnosis_agreement` as report lines: a table per checkpoint and the mean Spearman."""
+    if not entries:
+        return []
+    sides = [s for s in ("raw", "calibrated") if any(s in e for e in entries)]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = [
+        "",
+        "Diagnosis vs deployment, per checkpoint over its training compositions: Spearman of the pairs' "
+        "first-timeout masses (imagined against deployed trials), and how many of imagination's top "
+        "pairs (where demos go) are deployment's:",
+        "",
+        "| robot | checkpoint | pairs | deployed top | "
+        + " | ".join(f"{s} Spearman | {s} top (shared)" for s in sides)
+        + " |",
+        "|---|---|---|---|" + "---|---|" * len(sides),
+    ]
+    for e in entries:
+        cells = [  # an arm without a calibration has no calibrated side
+            f"{fmt(e[s]['spearman'])} | {', '.join(e[s]['top'])} ({e[s]['top_shared']})"
+            if s in e
+            else "- | -"
+            for s in sides
+        ]
+        lines.append(
+            f"| {e['robot']} | {e['policy']} | {e['pairs']} | {', '.join(e['deployed_top'])} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    means = []
+    for s in sides:
+        rhos = [e[s]["spearman"] for e in entries if s in e and e[s]["spearman"] is not None]
+        if rhos:
+            means.append(f"{s} {np.mean(rhos):.3f} over {len(rhos)} checkpoints")
+    lines += ["", f"Mean Spearman of the masses: {'; '.join(means)}."] if means else []
     return lines

@@ -47,7 +47,14 @@ from robocoach_world.experiment.runner import (
     RunSettings,
     RunSpec,
 )
-from robocoach_world.fidelity import calibrated, fidelity_markdown, fidelity_measures, pair_row
+from robocoach_world.fidelity import (
+    calibrated,
+    diagnosis_agreement,
+    diagnosis_markdown,
+    fidelity_markdown,
+    fidelity_measures,
+    pair_row,
+)
 from robocoach_world.imagine import ImaginationConfig, imagine_composition
 from robocoach_world.world.artifacts import load_world
 
@@ -241,6 +248,7 @@ def run_fidelity(config: FidelityConfig) -> dict:
         "imagination": setups,
         "checkpoints": len(policies),
         "calibration": {robot: c.to_dict() for robot, c in calibrations.items()},
+        "diagnosis": diagnosis_agreement(rows, calibrations),
         "wall_s": time.perf_counter() - start,  # this invocation (checkpoints read back count ~0)
         **measures,
         "per_arm": per_arm,
@@ -340,6 +348,7 @@ def _report(config: FidelityConfig, result: dict) -> str:
         ]
     lines += fidelity_markdown(result)
     lines += ["", " ".join(f"![{f}]({f})" for f in result["files"])]
+    lines += diagnosis_markdown(result["diagnosis"])
     for robot, measures in result["per_arm"].items():
         lines += ["", f"## {robot} only", *fidelity_markdown(measures)]
         lines += ["", " ".join(f"![{f}]({f})" for f in measures["files"])]
