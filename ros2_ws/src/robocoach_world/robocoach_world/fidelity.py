@@ -154,7 +154,8 @@ def diagnosis_agreement(
     out = []
     for (robot, policy), group in groups.items():
         compositions = [get_composition(robot, r["composition"]) for r in group]
-        deployed = diagnose(_trial_records(group, "deployed"), compositions)
+        deployed = diagnose(_trial_records(group, compositions, "deployed"), compositions)
+        imagined_trials = _trial_records(group, compositions, "imagined")
         truth = {p.pair: p.mass for p in deployed.pairs}
         top = {p.pair for p in deployed.pairs[:top_m]}
         entry = {"robot": robot, "policy": policy, "pairs": len(truth)}
@@ -162,7 +163,7 @@ def diagnosis_agreement(
         for name, calibration in (("raw", None), ("calibrated", calibrations.get(robot))):
             if name == "calibrated" and calibration is None:
                 continue
-            imagined = diagnose(_trial_records(group, "imagined"), compositions, calibration=calibration)
+            imagined = diagnose(imagined_trials, compositions, calibration=calibration)
             masses = {p.pair: p.mass for p in imagined.pairs}
             rho = spearman([masses.get(k, 0.0) for k in truth], list(truth.values()))
             entry[name] = {
@@ -174,11 +175,14 @@ def diagnosis_agreement(
     return out
 
 
-def _trial_records(rows: Sequence[dict], source: str) -> list[TrialRecord]:
-    """A row's deployed or (valid) imagined trials as the coach's records, for `diagnose`."""
+def _trial_records(
+    rows: Sequence[dict], compositions: Sequence[Composition], source: str
+) -> list[TrialRecord]:
+    """The rows' deployed or (valid) imagined trials as the coach's records, for `diagnose`
+    (`compositions`: each row's)."""
     return [
-        TrialRecord.of_route(get_composition(r["robot"], r["composition"]), {}, f, k, k, source)
-        for r in rows
+        TrialRecord.of_route(composition, {}, f, k, k, source)
+        for r, composition in zip(rows, compositions, strict=True)
         for k, f in enumerate(r[f"{source}_first_failed"])
     ]
 

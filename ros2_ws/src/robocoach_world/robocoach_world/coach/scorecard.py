@@ -164,23 +164,21 @@ def scorecard(
 def scorecard_markdown(data: dict, link_base: str = "") -> str:
     """The markdown of a scorecard's dict; `link_base` + a clip's path must lead to its PNG from
     where the markdown is read (a report in another folder than the clips' passes that folder)."""
-    calibrated = data.get("calibrated", False)
+    calibrated_note = [
+        "Imagined outcomes calibrated per skill against deployment (the run's imagination "
+        "calibration): success when reached shows imagined -> calibrated, and the masses are "
+        "calibrated.",
+        "",
+    ]
     lines = [
+        *(calibrated_note if data.get("calibrated") else []),
         "| pair | expert | success when reached | reached | first-timeout mass "
         "| failures concentrate at | demos |",
         "|---|---|---|---|---|---|---|",
     ]
-    if calibrated:
-        lines = [
-            "Imagined outcomes calibrated per skill against deployment (the run's imagination "
-            "calibration): success when reached shows imagined -> calibrated, and the masses are "
-            "calibrated.",
-            "",
-            *lines,
-        ]
     for p in data["pairs"]:
         rate = "-" if p["success_rate"] is None else f"{p['success_rate']:.0%}"
-        if calibrated and p.get("calibrated_success_rate") is not None:
+        if p.get("calibrated_success_rate") is not None:  # set only by a calibrated diagnosis
             rate += f" -> {p['calibrated_success_rate']:.0%}"
         reached = f"{p['reached']}" + ("" if p["eligible"] else " (too few)")
         sites = ", ".join(
