@@ -62,3 +62,30 @@ def test_a_probe_retrains_a_copy_of_one_expert_on_its_own_demos(experts, tmp_pat
 def test_a_subtask_index_outside_the_composition_is_refused_naming_its_subtasks():
     with pytest.raises(ValueError, match=r"two_buttons has 2 subtasks .*--subtask 2"):
         probed_composition(ROBOT, TASK, 2)
+
+
+def test_a_probe_from_a_store_retrains_on_its_newest_demos_and_replays_the_older(experts, tmp_path):
+    """What a coach round's update did with its demos, replayed offline: the newest `demos` demos of the
+    subtask in the store are the new ones, an older one is replayed (replay ratio 0.5 of 2), and the
+    store is only read."""
+    update = ImproveConfig(steps=3, batch_size=8, dense_steps=3)
+    common = dict(
+        experts=experts, robot=ROBOT, task=TASK, subtask=SUBTASK, trials=1, update=update, deadline_steps=6
+    )
+    recorded = main(ProbeConfig(**common, demos=3, out=tmp_path / "recorded"))
+    source = tmp_path / "recorded" / "demos"
+
+    report = main(ProbeConfig(**common, demos=2, demos_from=source, out=tmp_path / "replayed"))
+
+    oldest, *newest = recorded["demos"]["ids"]
+    assert report["demos"]["ids"] == newest and report["demos"]["replay_ids"] == [oldest]
+    assert report["demos"]["source"] == str(source) and not report["demos"]["recorded"]
+    assert EpisodeStore(source).ids() == recorded["demos"]["ids"]  # nothing written to it
+    assert not (tmp_path / "replayed" / "demos").exists()
+    assert "2 most recent demos of it" in (tmp_path / "replayed" / "probe.md").read_text()
+
+    with pytest.raises(
+        ValueError, match=r"holds 3 successful piper demos of press_button\(.*--demos 4 asked"
+    ):
+        main(ProbeConfig(**common, demos=4, demos_from=source, out=tmp_path / "too_many"))
+    assert not (tmp_path / "too_many").exists()  # refused before copying the experts

@@ -11,9 +11,14 @@ press that went 5 of the 7.2 mm it needs ends at about 0.7, a cube never grasped
 
 The run's experts are not touched: the probe trains a copy under `out/experts`. Its episode store
 holds only its own demos, so the update trains on them alone, with no replay of older demos.
+With `--demos-from <store>` it records nothing and retrains on the `demos` most recent demos of the
+subtask in that store instead (a coach run's `episodes/`), with the coach's replay of the skill's older
+demos there: what a round's update did with the demos it got, replayed offline (the store is only read).
 
     python -m robocoach_world.coach.probe --experts runs/demo/experts --robot franka \\
         --task press_push --subtask 0 --demos 25 --out runs/probe_press
+    python -m robocoach_world.coach.probe --experts runs/demo/experts --task push_pick_bin \\
+        --demos 25 --demos-from runs/exp/runs/robocoach/franka/seed0/episodes --out runs/probe_push_round
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from tqdm import tqdm
 
 from robocoach_skills.bootstrap import SEED_STRIDE, load_experts
 from robocoach_skills.checkpoint import json_bytes, jsonable, replace_file_atomically
-from robocoach_skills.composition import Composition
+from robocoach_skills.composition import Composition, Subtask
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.device import select_device
 from robocoach_skills.evaluation import evaluate, evaluation_seeds
@@ -59,6 +64,9 @@ class ProbeConfig:
     task: str = "press_push"  # composition whose subtask is probed
     subtask: int = 0  # index of the probed subtask in the composition
     demos: int = 25  # accepted demos to record and train on
+    # an episode store to take the `demos` most recent demos of the subtask from instead of recording
+    # (e.g. a coach run's episodes/); the update replays the skill's older demos there, as the coach does
+    demos_from: Path | None = None
     trials: int = 16  # deployed trials before and after, from the fixed evaluation seeds
     update: ImproveConfig = field(default_factory=ImproveConfig)  # the coach's update (steps, batch, seed)
     judge: Path | None = None  # judge folder: switch subtasks by its done rule and deadlines, as deployed
@@ -132,6 +140,17 @@ def record_demos(
     return ids, lengths, discarded
 
 
+def stored_demos(store: EpisodeStore, robot: str, subtask: Subtask, n: int) -> tuple[list[str], list[int]]:
+    """The `n` most recent successful `robot` demos of exactly `subtask` in `store` -> (ids, lengths)."""
+    metas = [m for m in store.iter_meta("demo", robot, success=True) if m.composition.subtasks == (subtask,)]
+    if len(metas) < n:
+        raise ValueError(
+            f"{store.root} holds {len(metas)} successful {robot} demos of {subtask}; --demos {n} asked"
+        )
+    chosen = metas[-n:]
+    return [m.episode_id for m in chosen], [m.length for m in chosen]
+
+
 def main(config: ProbeConfig) -> dict:
     torch.set_num_threads(config.threads)
     composition = probed_composition(config.robot, config.task, config.subtask)
@@ -139,6 +158,9 @@ def main(config: ProbeConfig) -> dict:
     experts = config.out / "experts"
     if experts.exists():
         raise FileExistsError(f"{config.out} already holds a probe; pass another --out")
+    if config.demos_from is not None:  # refused before anything is copied or deployed
+        store = EpisodeStore(config.demos_from)
+        ids, lengths = stored_demos(store, config.robot, composition.subtasks[config.subtask], config.demos)
     shutil.copytree(config.experts, experts)
     device = select_device()
     library, registry, versions, run_deadlines = load_experts(experts)
@@ -170,9 +192,12 @@ def main(config: ProbeConfig) -> dict:
 
     try:
         before = deploy("before", versions)
-        info = StoreInfo(fps=scene.config.policy_hz, image_size=(scene.config.image_size,) * 2)
-        store = EpisodeStore.create(config.out / "demos", info)
-        ids, lengths, discarded = record_demos(scene, composition, config.subtask, store, config)
+        if config.demos_from is None:
+            info = StoreInfo(fps=scene.config.policy_hz, image_size=(scene.config.image_size,) * 2)
+            store = EpisodeStore.create(config.out / "demos", info)
+            ids, lengths, discarded = record_demos(scene, composition, config.subtask, store, config)
+        else:
+            discarded = 0
         (update,) = improve_experts(library, registry, store, {skill: ids}, PROBE_ROUND, config.update)
         after = deploy("after", {**versions, skill: update.version})
     finally:
@@ -182,7 +207,15 @@ def main(config: ProbeConfig) -> dict:
         "skill": skill,
         "subtask": str(composition.subtasks[config.subtask]),
         "seeds": seeds,
-        "demos": {"accepted": len(ids), "discarded": discarded, "mean_length": float(np.mean(lengths))},
+        "demos": {
+            "source": str(store.root),
+            "recorded": config.demos_from is None,
+            "accepted": len(ids),
+            "discarded": discarded,
+            "mean_length": float(np.mean(lengths)),
+            "ids": list(ids),
+            "replay_ids": list(update.replay_episode_ids),
+        },
         "adapter": {"parent": update.parent_version, "version": update.version, "metrics": update.metrics},
         "before": before,
         "after": after,
@@ -209,8 +242,7 @@ def _markdown(report: dict) -> str:
         [
             f"# Probe: {report['subtask']} in {c['task']} ({c['robot']})",
             "",
-            f"Experts from `{c['experts']}`; {demos['accepted']} fresh scripted demos "
-            f"({demos['discarded']} takes discarded, {demos['mean_length']:.0f} steps on average); "
+            f"Experts from `{c['experts']}`; {_demos_line(demos)}; "
             f"adapter version {report['adapter']['parent']} -> {report['adapter']['version']} "
             f"after {c['update']['steps']} steps and {c['update']['dense_steps']} dense steps.",
             "",
@@ -222,6 +254,18 @@ def _markdown(report: dict) -> str:
             "![probe.png](probe.png)",
             "",
         ]
+    )
+
+
+def _demos_line(demos: dict) -> str:
+    if demos["recorded"]:
+        return (
+            f"{demos['accepted']} fresh scripted demos ({demos['discarded']} takes discarded, "
+            f"{demos['mean_length']:.0f} steps on average)"
+        )
+    return (
+        f"the {demos['accepted']} most recent demos of it in `{demos['source']}` "
+        f"({demos['mean_length']:.0f} steps on average) and {len(demos['replay_ids'])} older ones replayed"
     )
 
 
