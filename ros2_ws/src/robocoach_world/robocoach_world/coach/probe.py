@@ -142,7 +142,11 @@ def record_demos(
 
 def stored_demos(store: EpisodeStore, robot: str, subtask: Subtask, n: int) -> tuple[list[str], list[int]]:
     """The `n` most recent successful `robot` demos of exactly `subtask` in `store` -> (ids, lengths)."""
-    metas = [m for m in store.iter_meta("demo", robot, success=True) if m.composition.subtasks == (subtask,)]
+    metas = [
+        m
+        for m in store.iter_meta(kind="demo", robot=robot, success=True)
+        if m.composition.subtasks == (subtask,)
+    ]
     if len(metas) < n:
         raise ValueError(
             f"{store.root} holds {len(metas)} successful {robot} demos of {subtask}; --demos {n} asked"
@@ -161,6 +165,7 @@ def main(config: ProbeConfig) -> dict:
     if config.demos_from is not None:  # refused before anything is copied or deployed
         store = EpisodeStore(config.demos_from)
         ids, lengths = stored_demos(store, config.robot, composition.subtasks[config.subtask], config.demos)
+        discarded = 0  # nothing recorded, nothing discarded
     shutil.copytree(config.experts, experts)
     device = select_device()
     library, registry, versions, run_deadlines = load_experts(experts)
@@ -196,8 +201,6 @@ def main(config: ProbeConfig) -> dict:
             info = StoreInfo(fps=scene.config.policy_hz, image_size=(scene.config.image_size,) * 2)
             store = EpisodeStore.create(config.out / "demos", info)
             ids, lengths, discarded = record_demos(scene, composition, config.subtask, store, config)
-        else:
-            discarded = 0
         (update,) = improve_experts(library, registry, store, {skill: ids}, PROBE_ROUND, config.update)
         after = deploy("after", {**versions, skill: update.version})
     finally:
