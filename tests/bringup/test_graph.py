@@ -19,6 +19,7 @@ from robocoach_bringup.graph import (
 )
 from robocoach_bringup.processes import node_executable, parameter_args
 from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
+from robocoach_world.coach.acceptance import AcceptanceConfig
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ImproveConfig
@@ -97,6 +98,8 @@ def test_the_coach_yaml_states_the_defaults_the_coach_node_takes_from_the_code()
         "train_steps": ImproveConfig.steps,
         "dense_steps": ImproveConfig.dense_steps,
         "replay_ratio": ImproveConfig.replay_ratio,
+        "acceptance_trials": AcceptanceConfig.trials,
+        "acceptance_tolerance": AcceptanceConfig.tolerance,
         "clips_per_pair": ScorecardConfig.clips_per_pair,
     }
     assert {name: coach[name] for name in from_code} == from_code

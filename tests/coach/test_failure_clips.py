@@ -18,7 +18,9 @@ from robocoach_bringup.demo import DemoConfig, StageResult, write_report
 from robocoach_bringup.stages.ridi_rounds import coach_state_dir, scorecard_section
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.data.store import EpisodeStore
+from robocoach_skills.router import Router, RouterConfig
 from robocoach_skills.sim.scene import SceneConfig, SimScene
+from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import get_composition
 from robocoach_skills.teleop.scripted import ScriptedSession, ScriptedSessionConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
@@ -74,7 +76,8 @@ def test_a_diagnosed_round_keeps_the_first_failures_of_its_top_pair_as_clips(off
     output = tmp_path / "run"
     state = CoachState.open(coach_state_dir(output, ROBOT) / STATE_FILE, 2, versions)
     store = EpisodeStore(offboard["store"])
-    ports = LocalPorts(targets, ScriptedSession(scene, store, ScriptedSessionConfig()), ROBOT)
+    router = lambda versions: Router(LibraryPolicy(library, versions), RouterConfig())  # noqa: E731
+    ports = LocalPorts(targets, ScriptedSession(scene, store, ScriptedSessionConfig()), ROBOT, router, scene)
     config = CoachConfig(budget=2, demos_per_round=2, diagnosis=DiagnosisConfig(min_reach=1))
     coach = Coach(config, state, [composition], library, registry, store, ports)
     assert coach.step() == Action.IMAGINE

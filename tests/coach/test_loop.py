@@ -17,6 +17,7 @@ from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
 from robocoach_world.calibration import ImaginationCalibration
+from robocoach_world.coach.acceptance import AcceptanceConfig, check_seeds
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.improve import ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
@@ -58,8 +59,11 @@ class MemoryPorts:
                 raise CrashError
         return Collected(ids)
 
-    def push_adapters(self, updates):
-        self.pushed.extend((u.skill, u.version) for u in updates)
+    def deploy_subtask(self, composition, index, versions, seeds):
+        raise AssertionError("acceptance checks are off in CONFIG")
+
+    def push_adapters(self, versions):
+        self.pushed.extend(sorted(versions.items()))
 
     def publish_round(self, entry):
         self.rounds.append(entry["round"])
@@ -143,6 +147,70 @@ def test_experts_whose_demos_did_not_lift_imagined_success_are_set_aside_the_nex
     )  # reached 8 + 7 times, 6 + 5 first failures
     card = (tmp_path / "coach" / "round_001" / "scorecard.md").read_text()
     assert "set aside, no gain after their demos: place (demos in round 0" in card
+
+
+PROGRESS = {("place", 0): 0.5, ("place", 1): 0.1, ("place", 2): 0.6}  # a checked version's, by skill
+
+
+class CheckingPorts(MemoryPorts):
+    """Deployed progress of the checked subtask by version of its skill (place's v1 does worse than v0);
+    `crash_on_push` kills the coach once after the round's versions are recorded, before they are pushed."""
+
+    def __init__(self, store, crash_on_push: bool = False) -> None:
+        super().__init__(store)
+        self.crash_on_push, self.deployed = crash_on_push, []
+
+    def deploy_subtask(self, composition, index, versions, seeds):
+        skill = composition.subtasks[index].skill
+        self.deployed.append((composition.name, index, versions[skill], list(seeds)))
+        return [None, *[PROGRESS.get((skill, versions[skill]), 0.5)] * (len(seeds) - 1)]
+
+    def push_adapters(self, versions):
+        if self.crash_on_push:
+            self.crash_on_push = False
+            raise CrashError
+        super().push_adapters(versions)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_an_update_that_deploys_worse_is_rolled_back_and_its_demos_carried_into_the_next(world, crash):
+    tmp_path, store, library, registry = world
+    config = replace(CONFIG, acceptance=AcceptanceConfig(trials=4))
+    state_file = tmp_path / "coach" / "coach_state.json"
+    ports = CheckingPorts(store, crash_on_push=crash)
+
+    def coach() -> Coach:
+        state = CoachState.open(state_file, config.budget, {s: 0 for s in SKILLS})
+        return Coach(config, state, [TASK_A, TASK_B], library, registry, store, ports)
+
+    with contextlib.suppress(CrashError):
+        coach().run()
+    history = coach().run()  # resumes after the crash; finished already without one
+    first, second = history
+    # round 0: place v1 deploys at 0.1 against v0's 0.5 over the 3 trials that reached place: rolled back
+    check = first["checks"]["place"]
+    assert (check["accepted"], check["version"], check["parent"], check["paired"]) == (False, 1, 0, 3)
+    assert check["parent_score"] == pytest.approx(0.5) and check["new_score"] == pytest.approx(0.1)
+    assert first["improved"] == {"pick": 1, "place": 0} and first["checks"]["pick"]["accepted"]
+    round0_place = [
+        e for r in first["requests"] if r["subtask"]["skill"] == "place" for e in r["episode_ids"]
+    ]
+    assert check["demos"] == round0_place
+    # the check ran place where each round asked its demos (task_a's subtask 1), from 4 seeds, each
+    # version once (a crash after recording does not check again)
+    place_checks = [d for d in ports.deployed if d[:2] == ("task_a", 1)]
+    assert place_checks == [("task_a", 1, v, check_seeds(4)) for v in (0, 1, 0, 2)]
+    # round 1: place v2 trains on round 0's carried demos and its own, deploys better, and is kept
+    round1_place = [
+        e for r in second["requests"] if r["subtask"]["skill"] == "place" for e in r["episode_ids"]
+    ]
+    assert second["checks"]["place"]["accepted"] and second["improved"]["place"] == 2
+    assert second["checks"]["place"]["demos"] == round0_place + round1_place
+    assert registry.meta("place", 2).metrics["coach/new_demos"] == len(round0_place + round1_place)
+    assert registry.meta("place", 2).parent_version == 0  # trained from the version that stayed active
+    assert registry.active_version("place") == 2 and ports.pushed[:2] == [("pick", 1), ("place", 0)]
+    # a rolled-back update is no verdict on the expert: place is not set aside in round 1
+    assert [s.split(" ")[0] for s in second["allocation"]["set_aside"]] == ["pick"]
 
 
 def test_a_coach_killed_between_any_two_steps_or_mid_collection_loses_and_repeats_nothing(world):

@@ -82,6 +82,9 @@ class ExperimentConfig:
     # (b, d): diagnose with the inputs' imagination calibration (<run>/imagination_calibration.json), where
     # they have one; --no-calibrated-targets: raw imagined masses
     calibrated_targets: bool = True
+    # Deploy each retrained adapter and its parent this many times before keeping it (coach.acceptance: a
+    # worse update is rolled back, its demos carried into the skill's next update); 0: keep every update
+    check_trials: int = RunSettings.check_trials
     # Evaluate every run's first and final checkpoints again on this many initial states per composition
     # (the curve's and more), for the final comparison; None: the curve's states only.
     final_rollouts: int | None = None
@@ -111,8 +114,9 @@ class ExperimentConfig:
         if self.allocation is not None:
             settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
         return dataclasses.replace(
-            settings, targeted_min_gain=self.min_gain, calibrated_targets=self.calibrated_targets
-        )
+            settings, targeted_min_gain=self.min_gain, calibrated_targets=self.calibrated_targets,
+            check_trials=self.check_trials,
+        )  # fmt: skip
 
     def specs(self) -> list[RunSpec]:
         seeds = self.seeds if self.seeds is not None else PROFILES[self.profile][1]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +29,7 @@ from robocoach_skills.data.store import EpisodeStore
 from robocoach_skills.experts.model import ExpertLibrary
 from robocoach_skills.experts.registry import AdapterRegistry
 from robocoach_world.calibration import ImaginationCalibration
+from robocoach_world.coach.acceptance import AcceptanceConfig, check_seeds, check_sites, judge_update, spread
 from robocoach_world.coach.allocation import AllocationConfig, Unresponsive, allocate, unresponsive_experts
 from robocoach_world.coach.diagnosis import Diagnosis, DiagnosisConfig, diagnose
 from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig, improve_experts
@@ -56,6 +57,7 @@ class CoachConfig:
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     allocation: AllocationConfig = field(default_factory=AllocationConfig)
     improve: ImproveConfig = field(default_factory=ImproveConfig)
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
     scorecard: ScorecardConfig = field(default_factory=ScorecardConfig)
 
     def __post_init__(self) -> None:
@@ -94,7 +96,14 @@ class CoachPorts(Protocol):
 
     def collect(self, request: RequestState) -> Collected: ...
 
-    def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None: ...
+    def deploy_subtask(
+        self, composition: Composition, index: int, versions: dict[str, int], seeds: Sequence[int]
+    ) -> list[float | None]:
+        """Run `composition` up to subtask `index` with the experts at `versions`, once per seed: that
+        subtask's final progress per trial (1.0: completed), None where an earlier subtask failed."""
+        ...
+
+    def push_adapters(self, versions: Mapping[str, int]) -> None: ...
 
     def publish_round(self, entry: dict) -> None: ...
 
@@ -177,7 +186,12 @@ class Coach:
         rounds = []
         for closed in self.state.history:
             records = [TrialRecord.from_dict(r) for r in closed["records"]]
-            given = {d["pair"] for d in closed["allocation"].get("demos", []) if d["n_demos"] > 0}
+            rejected = {skill for skill, check in closed.get("checks", {}).items() if not check["accepted"]}
+            given = {  # demos of a rejected update are carried, not yet in the expert: no verdict on them
+                d["pair"]
+                for d in closed["allocation"].get("demos", [])
+                if d["n_demos"] > 0 and d["expert"] not in rejected
+            }
             rounds.append((self._diagnosis(records), given))
         return unresponsive_experts(rounds, diagnosis, min_gain)
 
@@ -209,25 +223,63 @@ class Coach:
                 )
 
     def _improve(self) -> None:
-        # Every skill of the round, also those improved before a restart: improve_experts reloads a
-        # version published this round instead of training again, and pushing it again reaches a node
-        # that a coach killed mid-push never told (a node may already run it; loading it twice is harmless).
+        # Skills done before a restart keep what the state recorded; a version published but not recorded
+        # is reloaded by improve_experts, not trained again, and checked again.
+        demos = {
+            skill: [*self.state.carried_demos(skill), *ids]
+            for skill, ids in self.state.demos_by_skill().items()
+            if skill not in self.state.improved
+        }
         updates = improve_experts(
-            self.library, self.registry, self.store, self.state.demos_by_skill(), self.state.round,
-            self.config.improve, run_id=self.state.run_id,
+            self.library, self.registry, self.store, demos, self.state.round, self.config.improve,
+            run_id=self.state.run_id,
         )  # fmt: skip
         for update in updates:
-            self.state.record_adapter(update.skill, update.version)
+            check = self._check(update)
+            kept = check is None or check["accepted"]
+            self.state.record_adapter(update.skill, update.version if kept else update.parent_version, check)
             log.info(
-                "round %d retrained %s: v%d from %d new + %d replayed demos",
-                self.state.round, update.skill, update.version,
-                len(update.new_episode_ids), len(update.replay_episode_ids),
+                "round %d retrained %s: v%d from %d new + %d replayed demos%s",
+                self.state.round, update.skill, update.version, len(update.new_episode_ids),
+                len(update.replay_episode_ids), _check_note(check),
             )  # fmt: skip
-        self.ports.push_adapters(updates)
+        for skill, version in self.state.improved.items():  # a rejected one back to its parent (crash too)
+            if self.registry.active_version(skill) != version:
+                self.registry.activate(self.library, skill, version)
+        # every skill of the round, also those done before a restart: a node that a coach killed mid-push
+        # never heard of may still run the old version (loading one twice is harmless)
+        self.ports.push_adapters(dict(self.state.improved))
         diagnosis = self._diagnosis()
         card = self._write_scorecard(diagnosis)  # again: a restart may have come before the first write
         entry = self.state.finish_round({"diagnosis": diagnosis.to_dict(), "scorecard": card})
         self.ports.publish_round(entry)
+
+    def _check(self, update: AdapterUpdate) -> dict | None:
+        """Deploy `update` and its parent from the check states on the subtasks this round asked demos
+        for (coach.acceptance); None: unchecked (checks off, no parent, or no such subtask)."""
+        config = self.config.acceptance
+        sites = check_sites(self.compositions, self.state.requests.values(), update.skill)
+        if config.trials == 0 or update.parent_version is None or not sites:
+            return None
+        dealt = spread(sites, check_seeds(config.trials))
+        progress = []
+        for version in (update.parent_version, update.version):
+            versions = {**self.state.adapter_versions, update.skill: version}
+            progress.append(
+                [
+                    p
+                    for (composition, index), seeds in zip(sites, dealt, strict=True)
+                    if seeds
+                    for p in self.ports.deploy_subtask(composition, index, versions, seeds)
+                ]
+            )
+        return {
+            **judge_update(*progress, config),
+            "version": update.version,
+            "parent": update.parent_version,
+            "demos": list(update.new_episode_ids),
+            "sites": [f"{composition.subtasks[index]} in {composition.name}" for composition, index in sites],
+        }
 
     def _write_scorecard(self, diagnosis: Diagnosis) -> str:
         """The round's scorecard as markdown and JSON beside its clips (links relative to that folder)."""
@@ -237,3 +289,16 @@ class Coach:
         (folder / SCORECARD_MD).write_text(card + "\n")
         (folder / SCORECARD_JSON).write_text(json.dumps(data, indent=2))
         return card
+
+
+def _check_note(check: dict | None) -> str:
+    """The log's account of an acceptance check."""
+    if check is None:
+        return ""
+    if not check["paired"]:
+        return f"; kept: no check trial reached the subtask under both versions ({check['trials']} tried)"
+    verdict = "kept" if check["accepted"] else f"rejected, v{check['parent']} stays active"
+    return (
+        f"; check over {check['paired']} trials: progress {check['parent_score']:.2f} (v{check['parent']}) "
+        f"-> {check['new_score']:.2f}, {verdict}"
+    )

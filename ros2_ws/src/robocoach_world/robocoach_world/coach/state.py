@@ -7,7 +7,7 @@ A round moves IMAGINE -> COLLECT -> IMPROVE and closes into `history`:
     state.add_records(records_of_one_composition) # IMAGINE, once per (robot, composition)
     state.issue_requests(allocation, clips)       # -> COLLECT (IMPROVE if nothing was allocated)
     state.receive_demo(request_id, episode_id)    # COLLECT; -> IMPROVE when no request is open
-    state.record_adapter("pick", 3)               # IMPROVE, once per retrained skill
+    state.record_adapter("pick", 3)               # IMPROVE, once per retrained skill (with its check)
     state.finish_round()                          # -> next round's IMAGINE
 
 Every mutator writes the whole state (temp file, fsync, rename, fsync of the directory) before it
@@ -101,7 +101,8 @@ class CoachState:
     records: list[TrialRecord] = field(default_factory=list)  # this round's judged trials
     allocation: dict = field(default_factory=dict)  # this round's Allocation.to_dict()
     requests: dict[str, RequestState] = field(default_factory=dict)  # this round's, by request id
-    improved: dict[str, int] = field(default_factory=dict)  # skill -> version published this round
+    improved: dict[str, int] = field(default_factory=dict)  # skill -> version the round left active
+    checks: dict[str, dict] = field(default_factory=dict)  # skill -> this round's acceptance check
     clips: list[dict] = field(default_factory=list)  # this round's failure clips (scorecard.write_clips)
     adapter_versions: dict[str, int] = field(default_factory=dict)  # skill -> active version
     history: list[dict] = field(default_factory=list)  # closed rounds (see finish_round)
@@ -138,6 +139,7 @@ class CoachState:
             allocation=d["allocation"],
             requests={k: RequestState.from_dict(r) for k, r in d["requests"].items()},
             improved=d["improved"],
+            checks=d.get("checks", {}),  # absent in states written before updates were checked
             clips=d.get("clips", []),  # absent in states written before clips were kept
             adapter_versions=d["adapter_versions"],
             history=d["history"],
@@ -155,6 +157,7 @@ class CoachState:
             "allocation": self.allocation,
             "requests": {k: r.to_dict() for k, r in self.requests.items()},
             "improved": self.improved,
+            "checks": self.checks,
             "clips": self.clips,
             "adapter_versions": self.adapter_versions,
             "history": self.history,
@@ -192,6 +195,18 @@ class CoachState:
             if r.episode_ids:
                 pooled.setdefault(r.subtask.skill, []).extend(r.episode_ids)
         return pooled
+
+    def carried_demos(self, skill: str) -> list[str]:
+        """Demos of `skill` that went into updates rejected since its last kept one (coach.acceptance):
+        the skill's next update trains on them as new demos again."""
+        carried: list[str] = []
+        for past in self.history:
+            check = past.get("checks", {}).get(skill)
+            if check is not None and not check["accepted"]:
+                carried = list(check["demos"])  # the rejected update's new demos: these and earlier carried
+            elif skill in past["improved"]:
+                carried = []
+        return carried
 
     def next_step(self) -> NextStep:
         """What to do now; call it after `open` to resume a killed coach."""
@@ -280,11 +295,14 @@ class CoachState:
                 adopted.append(meta.episode_id)
         return adopted
 
-    def record_adapter(self, skill: str, version: int) -> None:
-        """A retrained adapter version was published for `skill`."""
+    def record_adapter(self, skill: str, version: int, check: Mapping | None = None) -> None:
+        """`skill`'s retraining is done and left `version` active: the published version, or, when its
+        acceptance `check` rejected that one, the parent (the check says which demos it trained on)."""
         self._expect(Phase.IMPROVE)
         self.improved[skill] = version
         self.adapter_versions[skill] = version
+        if check is not None:
+            self.checks[skill] = dict(check)
         self.save()
 
     def finish_round(self, summary: Mapping | None = None) -> dict:
@@ -299,6 +317,7 @@ class CoachState:
             "allocation": self.allocation,
             "requests": [r.to_dict() for r in self.requests.values()],
             "improved": dict(self.improved),
+            "checks": dict(self.checks),
             "adapter_versions": dict(self.adapter_versions),
             "summary": dict(summary or {}),
         }
@@ -306,6 +325,7 @@ class CoachState:
         self.round += 1
         self.phase = Phase.IMAGINE
         self.records, self.allocation, self.requests, self.improved, self.clips = [], {}, {}, {}, []
+        self.checks = {}
         self.save()
         return self.history[-1]
 

@@ -2,8 +2,9 @@
 
 `LocalPorts` does what `nodes.coach.RosPorts` does over the graph: initial observations are real
 SimScene resets to the coach's imagination seeds, demo requests are answered by the very
-`ScriptedSession` the scripted_operator node runs, adapters are already live in this process (nothing
-to push), and a closed round is logged. Where the targets come from is a `TargetSource`:
+`ScriptedSession` the scripted_operator node runs, acceptance checks deploy on the same simulator as
+the evaluation (scored by its ground truth), adapters are already live in this process (nothing to
+push), and a closed round is logged. Where the targets come from is a `TargetSource`:
 
 * `WorldModelTargets`: `imagine_composition` in CoachWorld, judged by the progress judge (RoboCoach),
   with failure clips for the scorecard when asked for;
@@ -15,7 +16,7 @@ to push), and a closed round is logged. Where the targets come from is a `Target
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -34,7 +35,6 @@ from robocoach_skills.teleop.session import (
     resolve_request,
     stable_seed,
 )
-from robocoach_world.coach.improve import AdapterUpdate
 from robocoach_world.coach.loop import Collected, Imagined
 from robocoach_world.coach.scorecard import FailureClip
 from robocoach_world.coach.state import RequestState
@@ -157,8 +157,16 @@ class PriorTargets:
 class LocalPorts:
     """CoachPorts in this process (see the module docstring)."""
 
-    def __init__(self, targets: TargetSource, session: ScriptedSession, robot: str) -> None:
+    def __init__(
+        self,
+        targets: TargetSource,
+        session: ScriptedSession,
+        robot: str,
+        router: Callable[[dict[str, int]], Router],
+        scene: SimScene,
+    ) -> None:
         self.targets, self.session, self.robot = targets, session, robot
+        self.router, self.scene = router, scene
 
     def imagine(self, composition: Composition, versions: dict[str, int]) -> Imagined:
         return self.targets(composition, versions)
@@ -180,7 +188,19 @@ class LocalPorts:
             accepted, f"{spec.count - len(accepted)} demo slots failed every take" if short else ""
         )
 
-    def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None:
+    def deploy_subtask(
+        self, composition: Composition, index: int, versions: dict[str, int], seeds: Sequence[int]
+    ) -> list[float | None]:
+        prefix = replace(composition, subtasks=composition.subtasks[: index + 1])
+        trials = evaluate(self.router(versions), self.scene, prefix, seeds).trials
+        return [
+            (1.0 if t.ground_truth["completed"][index] else float(t.ground_truth["progress"][index]))
+            if all(t.ground_truth["completed"][:index])
+            else None
+            for t in trials
+        ]
+
+    def push_adapters(self, versions: Mapping[str, int]) -> None:
         """Nothing to do: the coach retrained the very library this process evaluates and imagines with."""
 
     def publish_round(self, entry: dict) -> None:

@@ -50,6 +50,7 @@ from robocoach_skills.skill_policy import LibraryPolicy
 from robocoach_skills.tasks import get_composition, held_out_compositions, training_compositions
 from robocoach_skills.teleop.scripted import ScriptedSession, ScriptedSessionConfig
 from robocoach_world.calibration import CALIBRATION_FILE, ImaginationCalibration
+from robocoach_world.coach.acceptance import AcceptanceConfig
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ROUND_METRIC, ImproveConfig
@@ -112,6 +113,8 @@ class RunSettings:
     horizon: int = ImaginationConfig.horizon  # imagined policy steps per trial
     adapter_steps: int = ImproveConfig.steps  # optimiser steps per retrained adapter
     dense_steps: int = ImproveConfig.dense_steps  # ... then steps on the vision those left (ImproveConfig)
+    # deployed trials per version checking each update before it is kept (coach.acceptance); 0: none
+    check_trials: int = AcceptanceConfig.trials
     min_reach: int = DiagnosisConfig.min_reach  # diagnosis: pairs reached by fewer valid trials get no demos
     targeted_allocation: str = AllocationConfig.strategy  # (b, c, d, g)'s strategy (methods.TARGETED)
     targeted_min_gain: float | None = AllocationConfig.min_gain  # (b, d, g): AllocationConfig.min_gain
@@ -327,6 +330,7 @@ class _Run:
             improve=ImproveConfig(
                 steps=settings.adapter_steps, dense_steps=settings.dense_steps, seed=spec.seed
             ),
+            acceptance=AcceptanceConfig(trials=settings.check_trials),
         )
         station = ScriptedSessionConfig(settings.max_takes_per_demo, seed=spec.seed)
         self.calibration = target_calibration(inputs, self.method, settings)
@@ -346,8 +350,9 @@ class _Run:
             )
             registry = AdapterRegistry(run_dir / "experts" / ADAPTERS_DIR)
             ports = LocalPorts(
-                self._targets(inputs), ScriptedSession(self.scene, self.store, station), spec.robot
-            )
+                self._targets(inputs), ScriptedSession(self.scene, self.store, station), spec.robot,
+                self._router, self.scene,
+            )  # fmt: skip
             coach = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
             self.teacher = Coach(
                 config, coach, self.train, self.library, registry, self.store, ports, self.calibration
@@ -372,12 +377,12 @@ class _Run:
                 self.library, InitialObservations(self.scene, seeds), imagination,
             )  # fmt: skip
         if self.method.targets == Targets.DEPLOYED:
-            return DeployedTargets(
-                lambda versions: self.deployment.router(LibraryPolicy(self.library, versions)),
-                self.scene,
-                seeds,
-            )
+            return DeployedTargets(self._router, self.scene, seeds)
         return PriorTargets(self.method.targets == Targets.RANDOM, seeds, seed, s.imagined_rollouts)
+
+    def _router(self, versions: dict[str, int]) -> Router:
+        """The executor's router over the run's experts at `versions`."""
+        return self.deployment.router(LibraryPolicy(self.library, versions))
 
     def checkpoint(self, index: int) -> Checkpoint:
         path = self.run_dir / "eval" / f"round_{index}.json"
@@ -592,6 +597,7 @@ def run_one(
                 "strategy": h["allocation"].get("strategy"),
                 "allocation": h["allocation"].get("demos", []),
                 "improved": h["improved"],
+                "checks": h.get("checks", {}),  # acceptance checks (coach.acceptance), by skill
                 "demo_frames": run.frames(e for r in h["requests"] for e in r["episode_ids"]),
                 "frame_budget": h.get("frame_budget"),
             }

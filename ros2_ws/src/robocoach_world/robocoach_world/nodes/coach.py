@@ -8,7 +8,10 @@ The loop runs in a worker thread; its ports are ROS calls:
   it returns of the first failures per subtask become the scorecard's failure clips.
 - Collect: the request is published on the operator topic (reliable, transient-local: a station that
   starts later still sees it) and a `CollectDemo` goal is sent to the station; accepted episodes count.
-- Improve: retrained adapters are activated on the executor and on the world model (`LoadAdapter`).
+- Improve: with `acceptance_trials` > 0, each retrained adapter and its parent are first loaded on the
+  executor in turn and run from the check seeds (`ExecuteTask`, the scene reset to each seed: on
+  hardware, where nothing resets the scene, leave it at 0); the versions the round keeps are then
+  activated on the executor and on the world model (`LoadAdapter`).
 - Every closed round is published as a `CoachRound`.
 
 State is persisted by `CoachState` after every step, so killing this process at any moment and
@@ -23,7 +26,8 @@ import math
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,13 +43,14 @@ from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
-from robocoach_msgs.action import CollectDemo, Imagine
+from robocoach_msgs.action import CollectDemo, ExecuteTask, Imagine
 from robocoach_msgs.msg import CoachRound, DemoRequest
 from robocoach_msgs.srv import LoadAdapter, ResetScene
 from robocoach_skills.bootstrap import load_experts
 from robocoach_skills.composition import Composition
 from robocoach_skills.constants import (
     ACTION_COLLECT_DEMO,
+    ACTION_EXECUTE_TASK,
     ACTION_IMAGINE,
     OBS_IMAGE,
     OBS_PROPRIO,
@@ -64,9 +69,10 @@ from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.nodes.station import OPERATOR_QOS
 from robocoach_skills.tasks import get_composition, training_compositions
 from robocoach_world.calibration import ImaginationCalibration
+from robocoach_world.coach.acceptance import AcceptanceConfig
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
-from robocoach_world.coach.improve import AdapterUpdate, ImproveConfig
+from robocoach_world.coach.improve import ImproveConfig
 from robocoach_world.coach.loop import Coach, CoachConfig, Collected, Imagined
 from robocoach_world.coach.scorecard import FailureClip, ScorecardConfig
 from robocoach_world.coach.state import CoachState, RequestState
@@ -154,15 +160,38 @@ class RosPorts:
         return Collected(accepted)
 
     # ------------------------------------------------------------------ Improve
-    def push_adapters(self, updates: Sequence[AdapterUpdate]) -> None:
-        for update in updates:
+    def deploy_subtask(
+        self, composition: Composition, index: int, versions: dict[str, int], seeds: Sequence[int]
+    ) -> list[float | None]:
+        node = self.node
+        prefix = replace(composition, subtasks=composition.subtasks[: index + 1])
+        for skill in dict.fromkeys(s.skill for s in prefix.subtasks):
+            self._load(node.executor_adapters, skill, versions[skill])
+        progress: list[float | None] = []
+        for seed in seeds:
+            goal = ExecuteTask.Goal(
+                composition=composition_to_msg(prefix), initial_state_seed=seed, reset_scene=node.reset_scene
+            )
+            what = f"ExecuteTask {prefix.name} up to {prefix.subtasks[index]} (check seed {seed})"
+            subtasks = node.run_goal(node.execute_client, goal, node.check_timeout_s, what).subtasks
+            if len(subtasks) != len(prefix.subtasks):
+                raise CallFailedError(f"{what}: {len(subtasks)} subtasks in the result")
+            reached = all(p.completed for p in subtasks[:index])
+            last = subtasks[index]
+            progress.append((1.0 if last.completed else float(last.progress)) if reached else None)
+        return progress
+
+    def push_adapters(self, versions: Mapping[str, int]) -> None:
+        for skill, version in versions.items():
             for client in (self.node.executor_adapters, self.node.world_adapters):
-                request = LoadAdapter.Request(skill=update.skill, version=update.version)
-                response = self.node.call(client, request, f"LoadAdapter {update.skill} v{update.version}")
-                if not response.success:
-                    raise CallFailedError(
-                        f"{client.srv_name} refused {update.skill} v{update.version}: {response.message}"
-                    )
+                self._load(client, skill, version)
+
+    def _load(self, client, skill: str, version: int) -> None:
+        response = self.node.call(
+            client, LoadAdapter.Request(skill=skill, version=version), f"LoadAdapter {skill} v{version}"
+        )
+        if not response.success:
+            raise CallFailedError(f"{client.srv_name} refused {skill} v{version}: {response.message}")
 
     def publish_round(self, entry: dict) -> None:
         node = self.node
@@ -239,6 +268,10 @@ class CoachNode(Node):
         train_steps = declare("train_steps", ImproveConfig.steps).value  # adapter steps per retrained skill
         dense_steps = declare("dense_steps", ImproveConfig.dense_steps).value  # ... then on fixed vision
         replay_ratio = declare("replay_ratio", ImproveConfig.replay_ratio).value
+        # deployed trials per version checking each update before it is kept (coach.acceptance); 0: none
+        acceptance_trials = declare("acceptance_trials", AcceptanceConfig.trials).value
+        tolerance = declare("acceptance_tolerance", AcceptanceConfig.tolerance).value
+        self.check_timeout_s = declare("check_timeout_s", 300.0).value  # one check trial on the executor
         self.clips_per_pair = declare("clips_per_pair", ScorecardConfig.clips_per_pair).value  # 0: none
         self.imagine_timeout_s = declare("imagine_timeout_s", 1800.0).value
         self.collect_timeout_s = declare("collect_timeout_s", 3600.0).value  # a person may take a while
@@ -263,6 +296,7 @@ class CoachNode(Node):
                 strategy=strategy, top_m=top_m, min_gain=min_gain if min_gain >= 0 else None
             ),
             improve=ImproveConfig(steps=train_steps, dense_steps=dense_steps, replay_ratio=replay_ratio),
+            acceptance=AcceptanceConfig(trials=acceptance_trials, tolerance=tolerance),
             scorecard=ScorecardConfig(clips_per_pair=self.clips_per_pair),
         )
         self.state = CoachState.open(state_dir / STATE_FILE, budget, versions)
@@ -293,6 +327,7 @@ class CoachNode(Node):
         )
         self.imagine_client = ActionClient(self, Imagine, ACTION_IMAGINE, callback_group=group)
         self.collect_client = ActionClient(self, CollectDemo, ACTION_COLLECT_DEMO, callback_group=group)
+        self.execute_client = ActionClient(self, ExecuteTask, ACTION_EXECUTE_TASK, callback_group=group)
         self.get_logger().info(
             f"coaching {self.robot} on {[c.name for c in compositions]}: round {self.state.round}, "
             f"{self.state.demos_spent}/{budget} demos spent, phase {self.state.phase}"
