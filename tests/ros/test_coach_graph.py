@@ -122,11 +122,17 @@ def operator() -> dict:
 
 
 @pytest.fixture
-def graph(ros_probe, offboard, operator, tmp_path):
+def coach_overrides() -> dict:
+    """Coach parameters over COACH; a test overrides them by parametrizing `coach_overrides`."""
+    return {}
+
+
+@pytest.fixture
+def graph(ros_probe, offboard, operator, coach_overrides, tmp_path):
     """The whole sim graph from `describe_graph` on a fresh copy of the offboard run directory."""
     run_dir = tmp_path / "run"
     shutil.copytree(offboard, run_dir)
-    overrides = {"coach": COACH, "scripted_operator": operator}
+    overrides = {"coach": {**COACH, **coach_overrides}, "scripted_operator": operator}
     specs = describe_graph(GraphConfig(robot=ROBOT, backend="sim", run_dir=run_dir, overrides=overrides))
     executor = next(s for s in specs if s.name == "skill_executor")
     assert executor.parameters["detector"] == "judge"
@@ -280,6 +286,28 @@ def test_graph_spends_the_budget_and_updates_the_adapters(ros_probe, graph):
     assert "coaching finished after 2 rounds" in coach.log()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("coach_overrides", [{"acceptance_trials": 2}])
+def test_the_coach_checks_each_update_on_the_executor_before_keeping_it(ros_probe, graph):
+    coach = graph.nodes["coach"]
+    _wait_for_exit(ros_probe, graph, coach)
+    state = graph.state()
+    assert len(state["history"]) == ROUNDS, coach.log()[-3000:]
+    for entry in state["history"]:
+        check = entry["checks"][SKILL]
+        # the press opens two_buttons, so every check trial reaches it; progress is the executor's judge's
+        assert check["trials"] == check["paired"] == 2 and check["sites"] == [
+            f"{SKILL}(red_button) in {TASK}"
+        ]
+        assert all(0.0 <= p <= 1.0 for p in check["parent_progress"] + check["new_progress"])
+        assert entry["improved"] == {SKILL: check["version"] if check["accepted"] else check["parent"]}
+    # each check trial was an ExecuteTask goal on the executor: 2 per version, both versions, every round
+    executor = graph.nodes["skill_executor"]
+    assert executor.log().count("ExecuteTask ") >= 2 * 2 * ROUNDS, executor.log()[-3000:]
+    experts = call_service(ros_probe, GetExperts, SERVICE_GET_EXPERTS, GetExperts.Request(skill=SKILL))
+    assert [e.adapter_version for e in experts.experts] == [state["adapter_versions"][SKILL]]
+
+
 # The coach counts a request's demos when the station's goal returns, after its last take; the pause
 # between takes keeps step 1's kill (on hearing the first take) ahead of that on a loaded machine,
 # where a 0.4 s take once lost the race.
@@ -341,4 +369,5 @@ def test_a_killed_coach_resumes_without_losing_or_recounting(ros_probe, graph, t
     state = _check_budget_spent_once(ros_probe, graph)
     assert state["run_id"] == run_id
     assert "round 0, 2/4 demos spent, phase improve" in final_log  # it resumed where it was killed
-    assert f"round 0 retrained {SKILL}: v1" in final_log  # reloaded, not trained again
+    # recorded before the kill: not trained again (round 1's update is v2), pushed again to both nodes
+    assert "round 0 retrained" not in final_log and f"round 1 retrained {SKILL}: v2" in final_log
