@@ -8,14 +8,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from coach_helpers import TASK_A, TASK_B, trials
 from episode_factory import make_episode
 from expert_helpers import TINY
+from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 
 from robocoach_skills.data.dataset import DatasetConfig, EpisodeDataset
 from robocoach_skills.data.store import EpisodeStore, StoreInfo
 from robocoach_skills.experts import AdapterRegistry, ExpertConfig, ExpertLibrary, pretrain
+from robocoach_skills.experts.artifacts import ADAPTER_WEIGHTS
 from robocoach_world.calibration import ImaginationCalibration
 from robocoach_world.coach.acceptance import AcceptanceConfig, check_seeds
 from robocoach_world.coach.allocation import AllocationConfig
@@ -156,12 +159,17 @@ class CheckingPorts(MemoryPorts):
     """Deployed progress of the checked subtask by version of its skill (place's v1 does worse than v0);
     `crash_on_push` kills the coach once after the round's versions are recorded, before they are pushed."""
 
-    def __init__(self, store, crash_on_push: bool = False) -> None:
+    def __init__(self, store, library, registry, crash_on_push: bool = False) -> None:
         super().__init__(store)
+        self.library, self.registry = library, registry
         self.crash_on_push, self.deployed = crash_on_push, []
 
     def deploy_subtask(self, composition, index, versions, seeds):
         skill = composition.subtasks[index].skill
+        # the library deploys the version checked: its weights are that version's in the registry
+        weights = self.library.skill_state_dict(skill)
+        saved = load_file(self.registry.path(skill, versions[skill]) / ADAPTER_WEIGHTS)
+        assert all(torch.equal(weights[k].cpu(), saved[k]) for k in saved), (skill, versions[skill])
         self.deployed.append((composition.name, index, versions[skill], list(seeds)))
         return [None, *[PROGRESS.get((skill, versions[skill]), 0.5)] * (len(seeds) - 1)]
 
@@ -177,7 +185,7 @@ def test_an_update_that_deploys_worse_is_rolled_back_and_its_demos_carried_into_
     tmp_path, store, library, registry = world
     config = replace(CONFIG, acceptance=AcceptanceConfig(trials=4))
     state_file = tmp_path / "coach" / "coach_state.json"
-    ports = CheckingPorts(store, crash_on_push=crash)
+    ports = CheckingPorts(store, library, registry, crash_on_push=crash)
 
     def coach() -> Coach:
         state = CoachState.open(state_file, config.budget, {s: 0 for s in SKILLS})

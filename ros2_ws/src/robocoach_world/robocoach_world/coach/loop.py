@@ -263,7 +263,8 @@ class Coach:
             return None
         dealt = spread(sites, check_seeds(config.trials))
         progress = []
-        for version in (update.parent_version, update.version):
+        for version in (update.parent_version, update.version):  # the new one last: it stays loaded
+            self.registry.load(self.library, update.skill, version)  # what this process deploys (ACTIVE kept)
             versions = {**self.state.adapter_versions, update.skill: version}
             progress.append(
                 [
