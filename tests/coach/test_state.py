@@ -175,3 +175,10 @@ def test_budget_is_checked(tmp_path):
     with pytest.raises(ValueError, match="budget of 3, not 5"):
         CoachState.open(tmp_path / "coach.json", 5)
     assert CoachState.open(tmp_path / "zero.json", 0).next_step().action == Action.DONE
+
+
+def test_a_run_id_given_names_a_new_state_and_the_file_keeps_it_on_resume(tmp_path):
+    state = CoachState.open(tmp_path / "coach.json", BUDGET, VERSIONS, run_id="0000abcd")
+    assert state.run_id == json.loads(state.path.read_text())["run_id"] == "0000abcd"
+    assert CoachState.open(tmp_path / "coach.json", BUDGET, run_id="ffffffff").run_id == "0000abcd"
+    assert CoachState.open(tmp_path / "drawn.json", BUDGET).run_id != "0000abcd"  # none given: drawn

@@ -56,7 +56,7 @@ PROFILES: dict[str, tuple[RunSettings, int]] = {  # settings, seeds
             budget=4, demos_per_round=2, eval_rollouts=2, training=("press_push", "two_buttons"),
             held_out=("push_then_press",), initial_states=2,
             imagined_rollouts=4, num_world_seeds=2, horizon=40, adapter_steps=20, dense_steps=20,
-            min_reach=1,
+            min_reach=1, check_trials=2,
             shared_init_steps=20, end_to_end_init_steps=20,
         ),
         1,
@@ -83,8 +83,9 @@ class ExperimentConfig:
     # they have one; --no-calibrated-targets: raw imagined masses
     calibrated_targets: bool = True
     # Deploy each retrained adapter and its parent this many times before keeping it (coach.acceptance: a
-    # worse update is rolled back, its demos carried into the skill's next update); 0: keep every update
-    check_trials: int = RunSettings.check_trials
+    # worse update is rolled back, its demos carried into the skill's next update); 0: keep every update;
+    # None: the profile's
+    check_trials: int | None = None
     # Evaluate every run's first and final checkpoints again on this many initial states per composition
     # (the curve's and more), for the final comparison; None: the curve's states only.
     final_rollouts: int | None = None
@@ -113,10 +114,11 @@ class ExperimentConfig:
             settings = dataclasses.replace(settings, eval_rollouts=self.eval_rollouts)
         if self.allocation is not None:
             settings = dataclasses.replace(settings, targeted_allocation=self.allocation)
+        if self.check_trials is not None:
+            settings = dataclasses.replace(settings, check_trials=self.check_trials)
         return dataclasses.replace(
-            settings, targeted_min_gain=self.min_gain, calibrated_targets=self.calibrated_targets,
-            check_trials=self.check_trials,
-        )  # fmt: skip
+            settings, targeted_min_gain=self.min_gain, calibrated_targets=self.calibrated_targets
+        )
 
     def specs(self) -> list[RunSpec]:
         seeds = self.seeds if self.seeds is not None else PROFILES[self.profile][1]

@@ -110,13 +110,22 @@ class CoachState:
     # ---- persistence ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, budget: int, adapter_versions: Mapping[str, int] | None = None) -> CoachState:
-        """Resume the state at `path`, or start round 0 there (with the experts' active versions)."""
+    def open(
+        cls,
+        path: Path,
+        budget: int,
+        adapter_versions: Mapping[str, int] | None = None,
+        run_id: str | None = None,
+    ) -> CoachState:
+        """Resume the state at `path`, or start round 0 there (with the experts' active versions, and
+        `run_id`, 8 hex digits, where a rerun must name its requests alike: None draws one)."""
         path = Path(path)
         if budget < 0:
             raise ValueError(f"demo budget must be >= 0, got {budget!r}")
         if not path.exists():
             state = cls(path, budget, adapter_versions=dict(adapter_versions or {}))
+            if run_id is not None:
+                state.run_id = run_id
             state.save()
             return state
         state = cls.load(path)

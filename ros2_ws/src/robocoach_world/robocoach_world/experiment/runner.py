@@ -24,6 +24,7 @@ import json
 import logging
 import shutil
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -96,6 +97,16 @@ class RunSpec:
     @property
     def key(self) -> str:
         return f"{self.method}/{self.robot}/seed{self.seed}"
+
+    @property
+    def run_id(self) -> str:
+        """The coach's run id, from the key: request ids seed the scripted operator's hand, so a rerun
+        of the same run records the same demos (a drawn id made every rerun's demos differ).
+
+        >>> RunSpec("robocoach", "franka", 0).run_id
+        '9eb1f2ec'
+        """
+        return f"{zlib.crc32(self.key.encode()):08x}"
 
 
 @dataclass(frozen=True)
@@ -353,7 +364,7 @@ class _Run:
                 self._targets(inputs), ScriptedSession(self.scene, self.store, station), spec.robot,
                 self._router, self.scene,
             )  # fmt: skip
-            coach = CoachState.open(run_dir / STATE_FILE, settings.budget, versions)
+            coach = CoachState.open(run_dir / STATE_FILE, settings.budget, versions, spec.run_id)
             self.teacher = Coach(
                 config, coach, self.train, self.library, registry, self.store, ports, self.calibration
             )
