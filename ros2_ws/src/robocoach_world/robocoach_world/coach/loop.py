@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -262,7 +263,7 @@ class Coach:
         if config.trials == 0 or update.parent_version is None or not sites:
             return None
         dealt = spread(sites, check_seeds(config.trials))
-        progress = []
+        start, progress = time.perf_counter(), []
         for version in (update.parent_version, update.version):  # the new one last: it stays loaded
             self.registry.load(self.library, update.skill, version)  # what this process deploys (ACTIVE kept)
             versions = {**self.state.adapter_versions, update.skill: version}
@@ -279,6 +280,7 @@ class Coach:
             "version": update.version,
             "parent": update.parent_version,
             "demos": list(update.new_episode_ids),
+            "seconds": time.perf_counter() - start,  # deploying both versions: the check's robot time
             "sites": [f"{composition.subtasks[index]} in {composition.name}" for composition, index in sites],
         }
 
