@@ -94,6 +94,13 @@ def test_every_method_spends_the_same_demos_from_the_same_evaluation_states(expe
     assert "paired_vs_robocoach" not in reference
     assert all("paired_vs_robocoach" in row for row in on_disk["summary"]["table"] if row is not reference)
     assert all(None not in row["failure_endings"] for row in on_disk["summary"]["table"])
+    for row in on_disk["summary"]["table"]:  # the report counts every run's checked and rolled-back updates
+        checks = [
+            c for r in runs if r["method"] == row["method"] for h in r["rounds"] for c in h["checks"].values()
+        ]
+        assert row["checks"] == [len(checks), sum(not c["accepted"] for c in checks)]
+        assert (row["checks"][0] > 0) == (METHODS[row["method"]].policy != PolicyKind.END_TO_END)
+    assert "updates checked / rolled back" in (config.output / "report.md").read_text()
 
 
 def test_runs_that_start_from_the_same_policy_share_one_budget_0_evaluation(experiment):

@@ -121,6 +121,12 @@ def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
     return dict(counts)
 
 
+def _checks(runs: Sequence[dict]) -> list[int]:
+    """[updates checked, of them rolled back] over the runs' rounds (coach.acceptance)."""
+    checks = [c for r in runs for h in r["rounds"] for c in h.get("checks", {}).values()]
+    return [len(checks), sum(not c["accepted"] for c in checks)]
+
+
 def _auc_interval(units: np.ndarray) -> tuple[float, float]:
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     rows = rng.integers(0, len(units), (BOOTSTRAP_SAMPLES, len(units)))
@@ -169,6 +175,7 @@ def summarize(results: Sequence[dict]) -> dict:
             "first_failures": [_first_failures(runs, k) for k in range(n_checkpoints)],
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
             "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
+            "checks": _checks(runs),
         }
         if all("phase_seconds" in r for r in runs):  # runs finished before phases were timed have none
             row["phase_seconds"] = dict(sum((Counter(r["phase_seconds"]) for r in runs), Counter()))
@@ -449,13 +456,16 @@ def _phase_table(rows: Sequence[dict]) -> list[str]:
         "",
         "Compute per method and phase, seconds, seeds summed (imagine: the coach's rollouts, for (g) "
         "deployed ones; collect: scripted demos; improve: adapter updates; evaluate: deployed checkpoints; "
-        "a resumed run counts only its last process):",
+        "a resumed run counts only its last process; improve includes the acceptance checks, whose updates "
+        "checked and rolled back are counted last):",
         "",
-        "| method | arm | " + " | ".join(PHASES) + " |",
-        "|---|---|" + "---|" * len(PHASES),
+        "| method | arm | " + " | ".join(PHASES) + " | updates checked / rolled back |",
+        "|---|---|" + "---|" * (len(PHASES) + 1),
     ]
     for r in rows:
         cells = [f"{r['phase_seconds'].get(p, 0.0):.0f}" for p in PHASES]
+        checked, rolled_back = r.get("checks", [0, 0])
+        cells.append(f"{checked} / {rolled_back}" if checked else "-")
         lines.append(f"| ({r['letter']}) {r['method']} | {r['robot']} | " + " | ".join(cells) + " |")
     return lines
 
