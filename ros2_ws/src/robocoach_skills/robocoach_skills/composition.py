@@ -12,7 +12,7 @@ object and target it acts on. Experts are defined by skill semantics, so `Subtas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from robocoach_skills.constants import ROBOTS
 
@@ -67,6 +67,10 @@ class Composition:
     @property
     def skills(self) -> tuple[str, ...]:
         return tuple(s.skill for s in self.subtasks)
+
+    def up_to(self, index: int) -> Composition:
+        """The composition through subtask `index`: a trial of it ends when that subtask does."""
+        return replace(self, subtasks=self.subtasks[: index + 1])
 
     def to_dict(self) -> dict:
         return {

@@ -65,6 +65,18 @@ def check_sites(
     return sites
 
 
+def subtask_outcome(completed: Sequence[bool], progress: Sequence[float], index: int) -> float | None:
+    """One check trial's score for subtask `index` from its subtasks' completion and final progress:
+    1.0 if it completed, its progress if not, None if an earlier subtask failed (it was never reached).
+
+    >>> subtask_outcome([True, False], [1.0, 0.4], 1), subtask_outcome([False, False], [0.2, 0.0], 1)
+    (0.4, None)
+    """
+    if not all(completed[:index]):
+        return None
+    return 1.0 if completed[index] else float(progress[index])
+
+
 def spread(sites: Sequence[tuple[Composition, int]], seeds: Sequence[int]) -> list[list[int]]:
     """`seeds` dealt to `sites` in turn: the seeds each site is deployed from.
 

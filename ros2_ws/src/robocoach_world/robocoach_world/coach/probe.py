@@ -96,7 +96,7 @@ def probed_composition(robot: str, task: str, index: int) -> Composition:
             f"{task} has {len(composition.subtasks)} subtasks "
             f"({', '.join(map(str, composition.subtasks))}); --subtask {index} is not one of them"
         )
-    return replace(composition, subtasks=composition.subtasks[: index + 1])
+    return composition.up_to(index)
 
 
 def summarize_trials(completed: list[list[bool]], progress: list[list[float]], index: int) -> dict:

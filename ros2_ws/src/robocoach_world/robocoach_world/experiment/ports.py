@@ -35,6 +35,7 @@ from robocoach_skills.teleop.session import (
     resolve_request,
     stable_seed,
 )
+from robocoach_world.coach.acceptance import subtask_outcome
 from robocoach_world.coach.loop import Collected, Imagined
 from robocoach_world.coach.scorecard import FailureClip
 from robocoach_world.coach.state import RequestState
@@ -191,13 +192,9 @@ class LocalPorts:
     def deploy_subtask(
         self, composition: Composition, index: int, versions: dict[str, int], seeds: Sequence[int]
     ) -> list[float | None]:
-        prefix = replace(composition, subtasks=composition.subtasks[: index + 1])
-        trials = evaluate(self.router(versions), self.scene, prefix, seeds).trials
+        trials = evaluate(self.router(versions), self.scene, composition.up_to(index), seeds).trials
         return [
-            (1.0 if t.ground_truth["completed"][index] else float(t.ground_truth["progress"][index]))
-            if all(t.ground_truth["completed"][:index])
-            else None
-            for t in trials
+            subtask_outcome(t.ground_truth["completed"], t.ground_truth["progress"], index) for t in trials
         ]
 
     def push_adapters(self, versions: Mapping[str, int]) -> None:

@@ -27,7 +27,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +68,7 @@ from robocoach_skills.nodes.spin import spin_node
 from robocoach_skills.nodes.station import OPERATOR_QOS
 from robocoach_skills.tasks import get_composition, training_compositions
 from robocoach_world.calibration import ImaginationCalibration
-from robocoach_world.coach.acceptance import AcceptanceConfig
+from robocoach_world.coach.acceptance import AcceptanceConfig, subtask_outcome
 from robocoach_world.coach.allocation import AllocationConfig
 from robocoach_world.coach.diagnosis import DiagnosisConfig
 from robocoach_world.coach.improve import ImproveConfig
@@ -164,7 +163,7 @@ class RosPorts:
         self, composition: Composition, index: int, versions: dict[str, int], seeds: Sequence[int]
     ) -> list[float | None]:
         node = self.node
-        prefix = replace(composition, subtasks=composition.subtasks[: index + 1])
+        prefix = composition.up_to(index)
         for skill in dict.fromkeys(s.skill for s in prefix.subtasks):
             self._load(node.executor_adapters, skill, versions[skill])
         progress: list[float | None] = []
@@ -176,9 +175,9 @@ class RosPorts:
             subtasks = node.run_goal(node.execute_client, goal, node.check_timeout_s, what).subtasks
             if len(subtasks) != len(prefix.subtasks):
                 raise CallFailedError(f"{what}: {len(subtasks)} subtasks in the result")
-            reached = all(p.completed for p in subtasks[:index])
-            last = subtasks[index]
-            progress.append((1.0 if last.completed else float(last.progress)) if reached else None)
+            progress.append(
+                subtask_outcome([p.completed for p in subtasks], [p.progress for p in subtasks], index)
+            )
         return progress
 
     def push_adapters(self, versions: Mapping[str, int]) -> None:
