@@ -21,6 +21,7 @@ from robocoach_skills.constants import OBS_IMAGE
 from robocoach_skills.router import Router, RouterConfig
 from robocoach_world.judge.evaluate import (
     calibrate,
+    calibrate_steps,
     calibrate_threshold,
     completion_frames,
     evaluate_judge,
@@ -453,3 +454,35 @@ def test_a_skill_whose_done_score_plateaus_lower_gets_its_own_threshold():
     assert rule.skill_thresholds == {}
     with pytest.raises(ValueError, match="open_drawer"):
         VerdictConfig(skill_thresholds={"open_drawer": 1.0})
+
+
+def test_a_skill_whose_score_touches_the_threshold_before_it_completes_gets_more_steps_in_a_row():
+    press = Composition("press", "franka", (Subtask("press_button", "red_button"),))
+    drawer = Composition("open", "franka", (Subtask("open_drawer", "drawer"),))
+
+    def video(comp: Composition, scores: list[float], done_at: int) -> Labelled:
+        progress = np.array([0.5] * done_at + [1.0] * (len(scores) - done_at), dtype=np.float32)
+        return Labelled(frames_for(scores), comp, FPS, np.zeros(len(scores), np.int64), progress, True)
+
+    # The press completes at frame 6 and its score blips over 0.9 for 2 frames before: 2 steps in a row
+    # switch at frame 2 (early: a miss), 4 at frame 9 and 8 at frame 13 (0.3 and 0.7 s late: hits).
+    blip = video(press, [0.1, 0.95, 0.95] + [0.1] * 3 + [0.95] * 9, done_at=6)
+    # The drawer completes at frame 3: 2 steps switch at frame 4, 4 at frame 6; 8 never within the video.
+    steady = video(drawer, [0.1] * 3 + [0.95] * 5, done_at=3)
+    rule, scores = calibrate_steps(PixelJudge(), [blip] * 3 + [steady] * 3, VerdictConfig(threshold=0.9))
+    assert scores == {"open_drawer": {2: 1.0, 4: 1.0, 8: 0.0}, "press_button": {2: 0.0, 4: 1.0, 8: 1.0}}
+    # ties go to fewer steps; the drawer keeps the rule's 2
+    assert rule.consecutive == 2 and rule.skill_consecutive == {"press_button": 4}
+    assert Deadlines({}, rule=asdict(rule)).verdict_config(VerdictConfig()) == rule  # JSON round trip
+    done = DoneRule(rule, rows=2)
+    steps = [done.update(np.array([0.95, 0.95]), ["open_drawer", "press_button"]).tolist() for _ in range(4)]
+    assert steps == [[False, False], [True, False], [True, False], [True, True]]
+    # 3 presses are too few for their own count when 4 are asked for
+    rule, _ = calibrate_steps(PixelJudge(), [blip] * 3, VerdictConfig(), min_samples=4)
+    assert rule.skill_consecutive == {}
+    # the whole calibration freezes the counts with the thresholds
+    deadlines = calibrate(PixelJudge(), [blip] * 3 + [steady] * 3, VerdictConfig(), quantile=1.0, margin=1.0)
+    assert deadlines.rule["skill_consecutive"] == {"press_button": 4}
+    assert deadlines.steps == {"franka": {"open_drawer": 5, "press_button": 10}}  # confirmed at frames 4, 9
+    with pytest.raises(ValueError, match="press_button"):
+        VerdictConfig(skill_consecutive={"press_button": 0})

@@ -53,6 +53,7 @@ log = logging.getLogger("robocoach.judge")
 
 DONE = 1.0  # ground-truth progress of a completed subtask
 THRESHOLD_CANDIDATES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # done thresholds calibrate_threshold tries
+STEPS_CANDIDATES = (2, 4, 8)  # steps in a row calibrate_steps tries per skill
 SWITCH_TOLERANCE_S = 1.0  # a detected switch at most this long after the true one counts as right [s]
 # per_skill's counts: ground-truth completions confirmed or missed, the rest called done (false) or not
 SKILL_COLUMNS = ("completed", "confirmed", "missed", "not_completed", "false", "rejected")
@@ -112,6 +113,42 @@ def completion_frames(video: LabelledVideo) -> list[int]:
     return out
 
 
+def _switch_tally(
+    judge: ProgressJudge,
+    videos: Sequence[LabelledVideo],
+    truth: Sequence[list[int]],
+    config: VerdictConfig,
+    tolerance_s: float,
+) -> tuple[Counter, Counter]:
+    """Per skill, under `config`: (true completions the judge confirmed at their time or up to
+    `tolerance_s` after it, true completions plus false ones): what a rule is scored by."""
+    hits: Counter = Counter()
+    total: Counter = Counter()
+    for video, frames in zip(videos, truth, strict=True):
+        verdict = judge_episode(judge, video, None, config)
+        for subtask, frame, judged, seconds in zip(
+            video.composition.subtasks, frames, verdict.completed, verdict.switch_times, strict=True
+        ):
+            total[subtask.skill] += frame >= 0 or judged
+            hits[subtask.skill] += frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
+    return hits, total
+
+
+def _completions(videos: Sequence[LabelledVideo], truth: Sequence[list[int]]) -> Counter:
+    """True completions per skill."""
+    return Counter(
+        subtask.skill
+        for video, frames in zip(videos, truth, strict=True)
+        for subtask, frame in zip(video.composition.subtasks, frames, strict=True)
+        if frame >= 0
+    )
+
+
+def _score(tally: tuple[Counter, Counter], skills: Sequence[str]) -> float:
+    hits, total = tally
+    return sum(hits[k] for k in skills) / max(sum(total[k] for k in skills), 1)
+
+
 def calibrate_threshold(
     judge: ProgressJudge,
     videos: Sequence[LabelledVideo],
@@ -130,40 +167,57 @@ def calibrate_threshold(
     completion early enough wins, and the same judge then calls failed subtasks done. Ties go to the
     higher threshold. The best over all subtasks is the rule's `threshold`; a skill with at least
     `min_samples` true completions whose own subtasks score best at another candidate (every video
-    judged at one threshold at a time) gets that one in `skill_thresholds`.
+    judged at one threshold at a time) gets that one in `skill_thresholds`. Every threshold is tried
+    at `base.consecutive` steps in a row (`calibrate_steps` then sets each skill's).
     Returns (the rule, threshold -> score over all subtasks).
     """
     truth = [completion_frames(video) for video in videos]  # per video and subtask: -1 or its frame
-    completions = Counter(
-        subtask.skill
-        for video, frames in zip(videos, truth, strict=True)
-        for subtask, frame in zip(video.composition.subtasks, frames, strict=True)
-        if frame >= 0
-    )
-    hits: dict[float, Counter] = {t: Counter() for t in candidates}
-    total: dict[float, Counter] = {t: Counter() for t in candidates}
-    for threshold in candidates:
-        config = replace(base, threshold=threshold, skill_thresholds={})
-        for video, frames in zip(videos, truth, strict=True):
-            verdict = judge_episode(judge, video, None, config)
-            for subtask, frame, judged, seconds in zip(
-                video.composition.subtasks, frames, verdict.completed, verdict.switch_times, strict=True
-            ):
-                total[threshold][subtask.skill] += frame >= 0 or judged
-                hits[threshold][subtask.skill] += (
-                    frame >= 0 and judged and 0 <= seconds - frame / video.fps <= tolerance_s
-                )
+    flat = replace(base, skill_thresholds={}, skill_consecutive={})  # one rule for every skill
+    tallies = {
+        t: _switch_tally(judge, videos, truth, replace(flat, threshold=t), tolerance_s) for t in candidates
+    }
 
     def best(skills: Sequence[str]) -> tuple[float, dict[float, float]]:
-        scores = {
-            t: sum(hits[t][k] for k in skills) / max(sum(total[t][k] for k in skills), 1) for t in candidates
-        }
+        scores = {t: _score(tallies[t], skills) for t in candidates}
         return max(candidates, key=lambda t: (scores[t], t)), scores
 
     threshold, scores = best(sorted({s.skill for video in videos for s in video.composition.subtasks}))
-    own = {skill: best([skill])[0] for skill, n in completions.items() if n >= min_samples}
+    own = {skill: best([skill])[0] for skill, n in _completions(videos, truth).items() if n >= min_samples}
     skill_thresholds = {skill: t for skill, t in sorted(own.items()) if t != threshold}
     return replace(base, threshold=threshold, skill_thresholds=skill_thresholds), scores
+
+
+def calibrate_steps(
+    judge: ProgressJudge,
+    videos: Sequence[LabelledVideo],
+    rule: VerdictConfig,
+    candidates: Sequence[int] = STEPS_CANDIDATES,
+    tolerance_s: float = SWITCH_TOLERANCE_S,
+    min_samples: int = MIN_DEADLINE_SAMPLES,
+) -> tuple[VerdictConfig, dict[str, dict[int, float]]]:
+    """Each skill's steps in a row under `rule`'s thresholds, scored as `calibrate_threshold` scores
+    thresholds (every video judged with one count for every skill at a time). A skill with at least
+    `min_samples` true completions whose subtasks score best at a count other than `rule.consecutive`
+    gets it in `skill_consecutive`; ties go to fewer steps (a later switch leaves less of the deadline).
+    More steps turn a score that touches the threshold while the subtask is still under way (a press
+    before the button latches) into a miss-free wait; they cannot help a skill the judge calls done
+    on failed attempts that look finished for longer (session 47's drawer and pushes).
+    Returns (the rule, skill -> steps -> score).
+    """
+    truth = [completion_frames(video) for video in videos]
+    counts = sorted({rule.consecutive, *candidates})
+    flat = replace(rule, skill_consecutive={})
+    tallies = {
+        n: _switch_tally(judge, videos, truth, replace(flat, consecutive=n), tolerance_s) for n in counts
+    }
+    scores = {
+        skill: {n: _score(tallies[n], [skill]) for n in counts}
+        for skill, completed in sorted(_completions(videos, truth).items())
+        if completed >= min_samples
+    }
+    own = {skill: max(counts, key=lambda n: (by[n], -n)) for skill, by in scores.items()}
+    skill_consecutive = {skill: n for skill, n in own.items() if n != rule.consecutive}
+    return replace(rule, skill_consecutive=skill_consecutive), scores
 
 
 def calibrate(
@@ -176,20 +230,29 @@ def calibrate(
     rule_videos: Sequence[LabelledVideo] = (),
     tolerance_s: float = SWITCH_TOLERANCE_S,
 ) -> Deadlines:
-    """The done rule on held-out videos, then the deadlines under it on `videos`' truly completed
-    subtasks; freeze the result with `.save(<judge>/deadlines.json)`.
+    """The done rule on held-out videos (thresholds, then each skill's steps in a row under them), then
+    the deadlines under it on `videos`' truly completed subtasks; freeze the result with
+    `.save(<judge>/deadlines.json)`.
 
     The rule is chosen on `rule_videos` where given (rollouts that hold each completed subtask
     `tolerance_s` before moving on, as deployment does while the judge has not confirmed), else on
     `videos` (successful and, if any, failed) with `tolerance_s` as the late-switch allowance.
     """
-    rule, scores = calibrate_threshold(judge, rule_videos or videos, base, tolerance_s=tolerance_s)
+    rule_videos = rule_videos or videos
+    rule, scores = calibrate_threshold(judge, rule_videos, base, tolerance_s=tolerance_s)
     log.info(
         "done threshold %s, per skill %s (score: switches 0-%s s after the truth over true + false ones: %s)",
         rule.threshold,
         rule.skill_thresholds,
         tolerance_s,
         scores,
+    )
+    rule, step_scores = calibrate_steps(judge, rule_videos, rule, tolerance_s=tolerance_s)
+    log.info(
+        "steps in a row %s, per skill %s (scores per skill and count: %s)",
+        rule.consecutive,
+        rule.skill_consecutive,
+        step_scores,
     )
     truth = [[frame >= 0 for frame in completion_frames(v)] for v in videos]
     if not any(done for video in truth for done in video):

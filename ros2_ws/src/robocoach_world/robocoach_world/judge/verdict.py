@@ -1,7 +1,8 @@
 """From judged progress to verdicts: the done rule, per-(arm, skill) deadlines, and whole-video judging.
 
 One rule everywhere (imagination, the robot's router, judging recorded video): a subtask counts as
-done once the judge's done score stays at or above `threshold` for `consecutive` steps; the next
+done once the judge's done score stays at or above `threshold` for `consecutive` steps (both may be
+set per skill); the next
 subtask's history starts at the following frame. A grasp (`grasp_skills`) also needs the gripper to
 say the fingers hold something for those steps: its reading in the range of a held cube and wider than
 commanded, since something keeps them open. Frames, imagined ones above all, can show a cube in hand
@@ -65,13 +66,17 @@ class VerdictConfig:
     # skill -> its own threshold, where calibration found a better one than `threshold` (a pick judged
     # from the hand alone plateaus near 0.65 once done: JudgeConfig.hand_skills, session 35)
     skill_thresholds: dict[str, float] = field(default_factory=dict)
+    # skill -> its own steps in a row, where calibration found another count better than `consecutive`
+    # (Franka presses: 12 of 67 confirmed before the button latched at 2 steps, 5 at 8; session 47)
+    skill_consecutive: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, value in {"threshold": self.threshold, **self.skill_thresholds}.items():
             if not 0 < value < 1:
                 raise ValueError(f"VerdictConfig threshold of {name} must be in (0, 1), got {value}")
-        if self.consecutive < 1:
-            raise ValueError(f"VerdictConfig.consecutive must be >= 1, got {self.consecutive}")
+        for name, value in {"consecutive": self.consecutive, **self.skill_consecutive}.items():
+            if int(value) != value or value < 1:
+                raise ValueError(f"VerdictConfig steps in a row of {name} must be an int >= 1, got {value}")
         low, high = self.holding
         if not 0 <= low < high <= 1:
             raise ValueError(f"VerdictConfig.holding must be 0 <= low < high <= 1, got {self.holding}")
@@ -84,6 +89,10 @@ class VerdictConfig:
     def thresholds(self, skills: Sequence[str]) -> np.ndarray:
         """(B,) the done threshold of each row's skill."""
         return np.array([self.skill_thresholds.get(skill, self.threshold) for skill in skills])
+
+    def steps(self, skills: Sequence[str]) -> np.ndarray:
+        """(B,) the steps in a row each row's skill needs above its threshold."""
+        return np.array([self.skill_consecutive.get(skill, self.consecutive) for skill in skills])
 
     def may_finish(
         self, skills: Sequence[str], gripper: np.ndarray | None, command: np.ndarray | None = None
@@ -119,15 +128,17 @@ class DoneRule:
         command: np.ndarray | None = None,
     ) -> np.ndarray:
         """(B,) done scores -> (B,) bool: done now. With each row's active skill, gripper reading and
-        gripper command (B,), each skill has its threshold and grasps also need the fingers to hold
-        something (`VerdictConfig.may_finish`); without skills every row has the global threshold."""
+        gripper command (B,), each skill has its threshold and steps in a row, and grasps also need the
+        fingers to hold something (`VerdictConfig.may_finish`); without skills every row has the
+        global rule."""
         if skills is None:
-            above = np.asarray(progress) >= self.config.threshold
+            above, steps = np.asarray(progress) >= self.config.threshold, self.config.consecutive
         else:
             above = np.asarray(progress) >= self.config.thresholds(skills)
             above &= self.config.may_finish(skills, gripper, command)
+            steps = self.config.steps(skills)
         self.streak = np.where(above, self.streak + 1, 0)
-        return self.streak >= self.config.consecutive
+        return self.streak >= steps
 
 
 class BatchedJudge:
