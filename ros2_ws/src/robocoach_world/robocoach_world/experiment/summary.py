@@ -16,7 +16,8 @@ every seed; unsupported compositions left out) and what each round's demos showe
 whether the demos went where the failures are, and whether the failures there then dropped. And how
 each failed trial ended (`_failure_endings`): the expert ran out of time on the subtask that failed, or
 the judge ended a subtask wrongly (confirmed one the simulator did not see complete, or never confirmed
-one that had): the judge's share of the failures, in deployment.
+one that had): the judge's share of the failures, in deployment; and the judge's outcome F1 on every
+deployed trial (`_judge_f1`).
 
 Runs evaluated again on more states (`runner.final_evaluation`, `--final-rollouts`) get a `final` block:
 start and end success with Wilson intervals (a start shared by seeds counted once), McNemar against
@@ -35,6 +36,7 @@ from matplotlib.figure import Figure
 
 from robocoach_skills.measures import (
     budget_auc,
+    failure_f1,
     mcnemar_exact,
     paired_discordance,
     tally_reached,
@@ -110,6 +112,23 @@ def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | 
     return counts
 
 
+def _judge_f1(runs: Sequence[dict], checkpoint: int) -> float | None:
+    """The judge's outcome F1 (failure positive) on a checkpoint's deployed trials, over seeds: it called a
+    trial failed when a subtask reached its deadline, the simulator when a subtask failed. Issue 5's judge
+    measure on deployed video, where the expert keeps acting until the judge confirms (docs/benchmarks.md,
+    session 49); None as `_failure_endings`."""
+    predicted, actual = [], []
+    for r in runs:
+        point = r["checkpoints"][checkpoint]
+        if "timed_out" not in point:
+            return None
+        for name, firsts in point["first_failed"].items():
+            if name not in point.get("unsupported", []):
+                actual += [first >= 0 for first in firsts]
+                predicted += [timed_out >= 0 for timed_out in point["timed_out"][name]]
+    return failure_f1(predicted, actual)
+
+
 def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
     """Round k's demos by what they showed, over seeds: a subtask, or for (f) a whole composition."""
     counts: Counter[str] = Counter()
@@ -175,6 +194,7 @@ def summarize(results: Sequence[dict]) -> dict:
             "first_failures": [_first_failures(runs, k) for k in range(n_checkpoints)],
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
             "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
+            "judge_f1": [_judge_f1(runs, k) for k in range(n_checkpoints)],
             "checks": _checks(runs),
         }
         if all("phase_seconds" in r for r in runs):  # runs finished before phases were timed have none
@@ -501,12 +521,14 @@ def _anatomy(rows: Sequence[dict], robot: str) -> list[str]:
             "",
             f"How those failed trials ended, at {budgets}: the expert ran out of time on the subtask that "
             "failed / the judge confirmed it though it had not completed / the judge never confirmed an "
-            "earlier one that had:",
+            "earlier one that had; and the judge's outcome F1 on every trial (failure positive, a trial "
+            "called failed where a subtask reached its deadline):",
             "",
         ]
         for r in endings:
             parts = [" / ".join(str(e[k]) for e in r["failure_endings"]) for k in ENDINGS]
-            lines.append(f"- ({r['letter']}) {r['method']}: {parts[0]}; {parts[1]}; {parts[2]}")
+            f1 = " / ".join(f"{100 * f:.0f}%" for f in r["judge_f1"])
+            lines.append(f"- ({r['letter']}) {r['method']}: {parts[0]}; {parts[1]}; {parts[2]}; F1 {f1}")
     return lines
 
 
