@@ -82,33 +82,39 @@ def _first_failures(runs: Sequence[dict], checkpoint: int) -> dict[str, int]:
 ENDINGS = ("deadline", "judge_early", "judge_missed")  # how a failed trial ended (_failure_endings)
 
 
-def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | None:
-    """Failed trials at a checkpoint by how they ended, over seeds; None for runs evaluated before the
-    router's timeouts were recorded.
-
-    deadline: the router timed out at the subtask that failed first (the expert did not finish it);
-    judge_early: the judge confirmed that subtask though the simulator did not see it complete;
-    judge_missed: the router timed out at an earlier subtask that had completed (never confirmed).
-    """
-    counts = dict.fromkeys(ENDINGS, 0)
+def _deployed_trials(runs: Sequence[dict], checkpoint: int) -> list[tuple[int, int]] | None:
+    """(first failed subtask, subtask the router timed out at; -1: none) of every deployed trial at a
+    checkpoint, over seeds, compositions a method has no policy for left out; None for runs evaluated
+    before the router's timeouts were recorded."""
+    trials = []
     for r in runs:
         point = r["checkpoints"][checkpoint]
         if "timed_out" not in point:
             return None
         for name, firsts in point["first_failed"].items():
-            if name in point.get("unsupported", []):
-                continue
-            for first, timed_out in zip(firsts, point["timed_out"][name], strict=True):
-                if first < 0:
-                    continue
-                ending = (
-                    "deadline"
-                    if timed_out == first
-                    else "judge_missed"
-                    if 0 <= timed_out < first
-                    else "judge_early"
-                )
-                counts[ending] += 1
+            if name not in point.get("unsupported", []):
+                trials += zip(firsts, point["timed_out"][name], strict=True)
+    return trials
+
+
+def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | None:
+    """Failed trials at a checkpoint by how they ended, over seeds; None as `_deployed_trials`.
+
+    deadline: the router timed out at the subtask that failed first (the expert did not finish it);
+    judge_early: the judge confirmed that subtask though the simulator did not see it complete;
+    judge_missed: the router timed out at an earlier subtask that had completed (never confirmed).
+    """
+    trials = _deployed_trials(runs, checkpoint)
+    if trials is None:
+        return None
+    counts = dict.fromkeys(ENDINGS, 0)
+    for first, timed_out in trials:
+        if first < 0:
+            continue
+        ending = (
+            "deadline" if timed_out == first else "judge_missed" if 0 <= timed_out < first else "judge_early"
+        )
+        counts[ending] += 1
     return counts
 
 
@@ -116,17 +122,11 @@ def _judge_f1(runs: Sequence[dict], checkpoint: int) -> float | None:
     """The judge's outcome F1 (failure positive) on a checkpoint's deployed trials, over seeds: it called a
     trial failed when a subtask reached its deadline, the simulator when a subtask failed. Issue 5's judge
     measure on deployed video, where the expert keeps acting until the judge confirms (docs/benchmarks.md,
-    session 49); None as `_failure_endings`."""
-    predicted, actual = [], []
-    for r in runs:
-        point = r["checkpoints"][checkpoint]
-        if "timed_out" not in point:
-            return None
-        for name, firsts in point["first_failed"].items():
-            if name not in point.get("unsupported", []):
-                actual += [first >= 0 for first in firsts]
-                predicted += [timed_out >= 0 for timed_out in point["timed_out"][name]]
-    return failure_f1(predicted, actual)
+    session 49); None as `_deployed_trials`."""
+    trials = _deployed_trials(runs, checkpoint)
+    if trials is None:
+        return None
+    return failure_f1([timed_out >= 0 for _, timed_out in trials], [first >= 0 for first, _ in trials])
 
 
 def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
