@@ -118,13 +118,17 @@ def test_failed_trials_are_split_by_whether_the_expert_timed_out_or_the_judge_en
         {"deadline": 2, "judge_early": 1, "judge_missed": 0},
         {"deadline": 1, "judge_early": 0, "judge_missed": 1},
     ]
-    # The judge called a trial failed where it timed out: checkpoint 0 catches 2 of 3 failures (F1 0.8),
-    # checkpoint 1 both, and calls the success a success (F1 1)
-    assert row["judge_f1"] == [pytest.approx(0.8), 1.0]
-    assert "- (d) robocoach: 2 / 1; 1 / 0; 0 / 1; F1 80% / 100%" in markdown(summarize([run]), [])
+    # The judge called a trial failed where it timed out: checkpoint 0 catches 2 of 3 failures (F1 0.8);
+    # at checkpoint 1 it catches h's, and a's miss is its own failure call, wrong (precision 1/2, F1 2/3).
+    # Its verdict names the simulator's first failure (or success) in 2 of 3 trials at both checkpoints.
+    assert row["judge_f1"] == [pytest.approx(0.8), pytest.approx(2 / 3)]
+    assert row["judge_agreement"] == [pytest.approx(2 / 3)] * 2
+    assert "- (d) robocoach: 2 / 1; 1 / 0; 0 / 1; F1 80% / 67%; agreement 67% / 67%" in markdown(
+        summarize([run]), []
+    )
     del run["checkpoints"][1]["timed_out"]  # evaluated before timeouts were recorded: no split, no line
     (row,) = summarize([run])["table"]
-    assert row["judge_f1"][1] is None
+    assert row["judge_f1"][1] is None and row["judge_agreement"][1] is None
     assert row["failure_endings"][1] is None and "How those failed trials ended" not in markdown(
         summarize([run]), []
     )

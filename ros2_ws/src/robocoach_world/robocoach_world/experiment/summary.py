@@ -16,8 +16,8 @@ every seed; unsupported compositions left out) and what each round's demos showe
 whether the demos went where the failures are, and whether the failures there then dropped. And how
 each failed trial ended (`_failure_endings`): the expert ran out of time on the subtask that failed, or
 the judge ended a subtask wrongly (confirmed one the simulator did not see complete, or never confirmed
-one that had): the judge's share of the failures, in deployment; and the judge's outcome F1 on every
-deployed trial (`_judge_f1`).
+one that had): the judge's share of the failures, in deployment; and on every deployed trial the
+judge's outcome F1 (`_judge_f1`) and first-failure agreement with the simulator (`_judge_agreement`).
 
 Runs evaluated again on more states (`runner.final_evaluation`, `--final-rollouts`) get a `final` block:
 start and end success with Wilson intervals (a start shared by seeds counted once), McNemar against
@@ -120,13 +120,27 @@ def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | 
 
 def _judge_f1(runs: Sequence[dict], checkpoint: int) -> float | None:
     """The judge's outcome F1 (failure positive) on a checkpoint's deployed trials, over seeds: it called a
-    trial failed when a subtask reached its deadline, the simulator when a subtask failed. Issue 5's judge
-    measure on deployed video, where the expert keeps acting until the judge confirms (docs/benchmarks.md,
-    session 49); None as `_deployed_trials`."""
+    trial failed when a subtask reached its deadline, the simulator when a subtask failed. A trial the
+    judge ended at a subtask the simulator saw complete (judge_missed) counts as a false failure call:
+    the judge made that failure, so counting it as caught would reward every miss. Issue 5's judge measure
+    on deployed video, where the expert keeps acting until the judge confirms; None as `_deployed_trials`."""
     trials = _deployed_trials(runs, checkpoint)
     if trials is None:
         return None
-    return failure_f1([timed_out >= 0 for _, timed_out in trials], [first >= 0 for first, _ in trials])
+    return failure_f1(
+        [timed_out >= 0 for _, timed_out in trials],
+        [first >= 0 and not 0 <= timed_out < first for first, timed_out in trials],
+    )
+
+
+def _judge_agreement(runs: Sequence[dict], checkpoint: int) -> float | None:
+    """Share of a checkpoint's deployed trials where the judge's verdict (success, or the subtask that
+    reached its deadline) is the simulator's (success, or the first subtask that failed): issue 5's
+    first-failure agreement on deployed video; None as `_deployed_trials`."""
+    trials = _deployed_trials(runs, checkpoint)
+    if trials is None:
+        return None
+    return sum(first == timed_out for first, timed_out in trials) / len(trials)
 
 
 def _round_demos(runs: Sequence[dict], k: int) -> dict[str, int]:
@@ -195,6 +209,7 @@ def summarize(results: Sequence[dict]) -> dict:
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
             "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
             "judge_f1": [_judge_f1(runs, k) for k in range(n_checkpoints)],
+            "judge_agreement": [_judge_agreement(runs, k) for k in range(n_checkpoints)],
             "checks": _checks(runs),
         }
         if all("phase_seconds" in r for r in runs):  # runs finished before phases were timed have none
@@ -521,14 +536,19 @@ def _anatomy(rows: Sequence[dict], robot: str) -> list[str]:
             "",
             f"How those failed trials ended, at {budgets}: the expert ran out of time on the subtask that "
             "failed / the judge confirmed it though it had not completed / the judge never confirmed an "
-            "earlier one that had; and the judge's outcome F1 on every trial (failure positive, a trial "
-            "called failed where a subtask reached its deadline):",
+            "earlier one that had; and on every trial the judge's outcome F1 (failure positive, a trial "
+            "called failed where a subtask reached its deadline, one the judge ended at a completed "
+            "subtask called wrongly) and how often its verdict named the subtask the simulator saw fail "
+            "first (or success where it succeeded):",
             "",
         ]
         for r in endings:
             parts = [" / ".join(str(e[k]) for e in r["failure_endings"]) for k in ENDINGS]
-            f1 = " / ".join(f"{100 * f:.0f}%" for f in r["judge_f1"])
-            lines.append(f"- ({r['letter']}) {r['method']}: {parts[0]}; {parts[1]}; {parts[2]}; F1 {f1}")
+            f1, agreement = (
+                " / ".join(f"{100 * f:.0f}%" for f in r[k]) for k in ("judge_f1", "judge_agreement")
+            )
+            ended = "; ".join(parts)
+            lines.append(f"- ({r['letter']}) {r['method']}: {ended}; F1 {f1}; agreement {agreement}")
     return lines
 
 
