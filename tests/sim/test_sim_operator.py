@@ -137,6 +137,21 @@ def test_scripted_demos_succeed_per_skill(robot):
 
 
 # ------------------------------------------------------------------------------ failure injection
+def test_a_successful_demo_takes_seeds_in_turn_and_counts_the_takes_it_threw_away():
+    scene = SimScene(SceneConfig(robot="piper", render=False))
+    comp = get_composition("piper", "press_push")
+    seeds = iter(range(4, 100))
+    clean, failed = ScriptedOperator(OperatorConfig(seed=3)).successful_demo(scene, comp, 1, seeds, 3)
+    assert clean is not None and clean.success and failed == 0 and next(seeds) == 5  # one take, seed 4
+    np.testing.assert_array_equal(
+        clean.actions, ScriptedOperator(OperatorConfig(seed=3)).demo_subtask(scene, comp, 1, seed=4).actions
+    )
+    spoiling = ScriptedOperator(OperatorConfig(failure_probability=1.0, failure_modes=("wrong_object",)))
+    none, failed = spoiling.successful_demo(scene, comp, 0, seeds, 2)
+    scene.close()
+    assert none is None and failed == 2 and next(seeds) == 8  # seeds 6 and 7 spent on the two takes
+
+
 def test_failure_injection_config_validation():
     with pytest.raises(ValueError, match="failure_probability"):
         OperatorConfig(failure_probability=1.5)

@@ -14,6 +14,7 @@ person at the demo station discards a bad take, and counted in the summary.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -83,19 +84,18 @@ def collect_bootstrap_demos(
     bar = tqdm(
         total=len(uses) * config.demos_per_skill, desc=f"bootstrap demos {robot}", disable=not show_progress
     )
-    seed = config.seed * SEED_STRIDE
+    seeds = itertools.count(config.seed * SEED_STRIDE + 1)
     for skill, instances in uses.items():
         ids, lengths, discarded = [], [], 0
         for k in range(config.demos_per_skill):
             composition, index = instances[k % len(instances)]
-            for _ in range(config.max_takes_per_demo):
-                seed += 1
-                episode = operator.demo_subtask(scene, composition, index, seed)
-                if episode.success:
-                    ids.append(store.add(episode))
-                    lengths.append(len(episode))
-                    break
-                discarded += 1
+            episode, failed = operator.successful_demo(
+                scene, composition, index, seeds, config.max_takes_per_demo
+            )
+            discarded += failed
+            if episode is not None:
+                ids.append(store.add(episode))
+                lengths.append(len(episode))
             bar.update()
         summary[skill] = SkillDemoSummary(skill, len(ids), discarded, float(np.mean(lengths or [0])), ids)
     bar.close()

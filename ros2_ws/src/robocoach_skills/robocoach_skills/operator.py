@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -414,6 +414,17 @@ class ScriptedOperator:
             "region": region,
             **extra,
         }
+
+    def successful_demo(
+        self, scene: SimScene, composition: Composition, index: int, seeds: Iterator[int], max_takes: int
+    ) -> tuple[Episode | None, int]:
+        """The first of up to `max_takes` takes of `demo_subtask` that succeeds, each from the next of
+        `seeds` -> (that demo, None if every take failed; the failed takes, thrown away)."""
+        for failed in range(max_takes):
+            episode = self.demo_subtask(scene, composition, index, next(seeds))
+            if episode.success:
+                return episode, failed
+        return None, max_takes
 
     def demo_subtask(self, scene: SimScene, composition: Composition, index: int, seed: int) -> Episode:
         """A demo of subtask `index` alone, from the state the earlier subtasks leave behind.

@@ -23,6 +23,7 @@ demos there: what a round's update did with the demos it got, replayed offline (
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 from dataclasses import asdict, dataclass, field, replace
@@ -125,16 +126,14 @@ def record_demos(
     """`config.demos` accepted scripted demos of subtask `index` -> (episode ids, their lengths [steps],
     discarded takes)."""
     operator = ScriptedOperator(OperatorConfig(seed=config.operator_seed))
-    seed, ids, lengths, discarded = PROBE_SEED_BASE + config.operator_seed * SEED_STRIDE, [], [], 0
+    seeds = itertools.count(PROBE_SEED_BASE + config.operator_seed * SEED_STRIDE + 1)
+    ids, lengths, discarded = [], [], 0
     for _ in tqdm(range(config.demos), desc=f"demos of {composition.subtasks[index]}", leave=False):
-        for _take in range(config.max_takes):
-            seed += 1
-            episode = operator.demo_subtask(scene, composition, index, seed)
-            if episode.success:
-                ids.append(store.add(episode))
-                lengths.append(len(episode))
-                break
-            discarded += 1
+        episode, failed = operator.successful_demo(scene, composition, index, seeds, config.max_takes)
+        discarded += failed
+        if episode is not None:
+            ids.append(store.add(episode))
+            lengths.append(len(episode))
     if not ids:
         raise RuntimeError(f"the scripted operator never completed {composition.subtasks[index]}")
     return ids, lengths, discarded
