@@ -114,7 +114,7 @@ PICK_PLACE = Composition(
 )
 
 
-def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something():
+def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something_and_a_place_once_it_let_go():
     config = VerdictConfig()  # holding (0.2, 0.7): Franka holds a cube at 0.45, closed on nothing at 0
     skills = ["pick", "pick", "pick", "press_button"]
     assert config.may_finish(skills, np.array([0.0, 0.45, 0.9, 0.0])).tolist() == [False, True, False, True]
@@ -125,6 +125,10 @@ def test_a_grasp_counts_as_done_only_while_the_gripper_holds_something():
     assert config.may_finish(skills, reading, command).tolist() == [True, False, False, True]
     with pytest.raises(ValueError, match="held_open"):
         VerdictConfig(held_open=-0.1)
+    # a place counts as done only once the fingers read wider than any held cube: they let go
+    places = ["place"] * 4
+    assert config.may_finish(places, np.array([0.45, 0.58, 0.75, 1.0])).tolist() == [False, False, True, True]
+    assert VerdictConfig(release_skills=()).may_finish(places, np.array([0.45] * 4)).all()
     # the rule that deadlines keep as JSON comes back the same
     assert VerdictConfig(**json.loads(json.dumps(asdict(config)))) == config
     with pytest.raises(ValueError, match="holding"):

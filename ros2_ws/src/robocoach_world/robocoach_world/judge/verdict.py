@@ -4,7 +4,8 @@ One rule everywhere (imagination, the robot's router, judging recorded video): a
 done once the judge's done score stays at or above `threshold` for `consecutive` steps (both may be
 set per skill); the next subtask's history starts at the following frame. A grasp (`grasp_skills`)
 also needs the gripper to say the fingers hold something for those steps: its reading in the range of
-a held cube and wider than commanded, since something keeps them open. Frames, imagined ones above
+a held cube and wider than commanded, since something keeps them open; a release (`release_skills`, the
+place) needs it to read wider than a held cube. Frames, imagined ones above
 all, can show a cube in hand that the fingers closed past (docs/benchmarks.md, session 28), and a
 reading alone passes through that range as fingers that closed on nothing open again (session 40). A
 subtask not done within its deadline (policy steps since it started) fails, and the first such subtask
@@ -62,6 +63,11 @@ class VerdictConfig:
     # experts that missed, then opened to try again, were confirmed on the way in 16 of 20 wrong
     # confirmations of 28 deployed picks without this (docs/results.md, session 40).
     held_open: float = 0.1
+    # done only once the gripper reads wider than any held cube (above `holding`): a place whose cube is
+    # in the bin in the frames but still in the fingers is not done. In all 13 wrong place confirmations
+    # of a coached Franka checkpoint, replayed, the gripper read 0.20-0.58, the cube in both fingers in 11
+    # (runs/s50/settle.py, session 50)
+    release_skills: tuple[str, ...] = ("place",)
     # skill -> its own threshold, where calibration found a better one than `threshold` (a pick judged
     # from the hand alone plateaus near 0.65 once done: JudgeConfig.hand_skills, session 35)
     skill_thresholds: dict[str, float] = field(default_factory=dict)
@@ -83,6 +89,7 @@ class VerdictConfig:
             raise ValueError(f"VerdictConfig.held_open must be in [0, 1), got {self.held_open}")
         # JSON (Deadlines.rule) gives lists back
         object.__setattr__(self, "grasp_skills", tuple(self.grasp_skills))
+        object.__setattr__(self, "release_skills", tuple(self.release_skills))
         object.__setattr__(self, "holding", (float(low), float(high)))
 
     def thresholds(self, skills: Sequence[str]) -> np.ndarray:
@@ -97,16 +104,18 @@ class VerdictConfig:
         self, skills: Sequence[str], gripper: np.ndarray | None, command: np.ndarray | None = None
     ) -> np.ndarray:
         """(B,) bool: may each row's subtask count as done now, given its skill, its gripper reading
-        (B,) and the gripper command (B,) that led to it? Rows of other skills always may; None (no
-        reading, e.g. bare frames; no command) skips that check."""
+        (B,) and the gripper command (B,) that led to it? A grasp's fingers must hold something, a
+        release's must have let go; rows of other skills always may; None (no reading, e.g. bare
+        frames; no command) skips that check."""
         if gripper is None:
             return np.ones(len(skills), dtype=bool)
         grasp = np.array([skill in self.grasp_skills for skill in skills], dtype=bool)
+        release = np.array([skill in self.release_skills for skill in skills], dtype=bool)
         gripper = np.asarray(gripper, dtype=np.float32)
         holding = (gripper >= self.holding[0]) & (gripper <= self.holding[1])
         if command is not None:
             holding &= gripper - np.asarray(command, dtype=np.float32) >= self.held_open
-        return ~grasp | holding
+        return (~grasp | holding) & (~release | (gripper > self.holding[1]))
 
 
 class DoneRule:
