@@ -114,9 +114,8 @@ def test_a_judge_that_always_confirms_switches_every_consecutive_steps_where_the
     _gripper_pinned(world, gripper, command, monkeypatch)
     composition = get_composition("franka", "pick_place_bin")
     images, proprio = _initial("franka", 2)
-    rule = VerdictConfig(
-        threshold=0.9, consecutive=2, release_skills=()
-    )  # the place: a pinned hand never lets go
+    # no release check: a pinned hand never lets go of the place
+    rule = VerdictConfig(threshold=0.9, consecutive=2, release_skills=())
     config = ImaginationConfig(num_rollouts=4, num_world_seeds=3, horizon=50, n_action_steps=3)
     trials = imagine_composition(
         world, _judge_saying(judge, 5.0), library, _deadlines("franka"), composition, images, proprio, config,

@@ -155,7 +155,7 @@ class Checkpoint:
     outcomes: dict[str, list[bool]] = field(default_factory=dict)  # composition -> success per eval seed
     first_failed: dict[str, list[int]] = field(default_factory=dict)  # composition -> per eval seed
     # composition -> per eval seed: the subtask the router timed out at (-1: none). Where it differs from
-    # first_failed, the judge, not the expert, ended a subtask (summary._failure_endings).
+    # first_failed, the judge, not the expert, ended a subtask (summary._ending).
     timed_out: dict[str, list[int]] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)  # compositions without a policy: all failed
     seconds: float = 0.0

@@ -14,7 +14,7 @@ held-out ones) count as failures, and each row lists them under `unsupported`.
 Each row also says where its trials failed first at every checkpoint (training and held-out trials of
 every seed; unsupported compositions left out) and what each round's demos showed, summed over seeds:
 whether the demos went where the failures are, and whether the failures there then dropped. And how
-each failed trial ended (`_failure_endings`): the expert ran out of time on the subtask that failed, or
+each failed trial ended (`_ending`): the expert ran out of time on the subtask that failed, or
 the judge ended a subtask wrongly (confirmed one the simulator did not see complete, or never confirmed
 one that had): the judge's share of the failures, in deployment; and on every deployed trial the
 judge's outcome F1 (`_judge_f1`) and first-failure agreement with the simulator (`_judge_agreement`).
@@ -79,7 +79,7 @@ def _first_failures(runs: Sequence[dict], checkpoint: int) -> dict[str, int]:
     return dict(counts)
 
 
-ENDINGS = ("deadline", "judge_early", "judge_missed")  # how a failed trial ended (_failure_endings)
+ENDINGS = ("deadline", "judge_early", "judge_missed")  # how a failed trial ended (_ending)
 
 
 def _deployed_trials(runs: Sequence[dict], checkpoint: int) -> list[tuple[int, int]] | None:
@@ -97,49 +97,44 @@ def _deployed_trials(runs: Sequence[dict], checkpoint: int) -> list[tuple[int, i
     return trials
 
 
-def _failure_endings(runs: Sequence[dict], checkpoint: int) -> dict[str, int] | None:
-    """Failed trials at a checkpoint by how they ended, over seeds; None as `_deployed_trials`.
+def _ending(first: int, timed_out: int) -> str | None:
+    """How a deployed trial failed (one of ENDINGS), None if it succeeded.
 
     deadline: the router timed out at the subtask that failed first (the expert did not finish it);
     judge_early: the judge confirmed that subtask though the simulator did not see it complete;
     judge_missed: the router timed out at an earlier subtask that had completed (never confirmed).
     """
-    trials = _deployed_trials(runs, checkpoint)
-    if trials is None:
+    if first < 0:
         return None
+    return "deadline" if timed_out == first else "judge_missed" if 0 <= timed_out < first else "judge_early"
+
+
+def _failure_endings(trials: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """Failed trials by how they ended (`_ending`)."""
     counts = dict.fromkeys(ENDINGS, 0)
-    for first, timed_out in trials:
-        if first < 0:
-            continue
-        ending = (
-            "deadline" if timed_out == first else "judge_missed" if 0 <= timed_out < first else "judge_early"
-        )
-        counts[ending] += 1
+    for trial in trials:
+        ending = _ending(*trial)
+        if ending is not None:
+            counts[ending] += 1
     return counts
 
 
-def _judge_f1(runs: Sequence[dict], checkpoint: int) -> float | None:
-    """The judge's outcome F1 (failure positive) on a checkpoint's deployed trials, over seeds: it called a
-    trial failed when a subtask reached its deadline, the simulator when a subtask failed. A trial the
-    judge ended at a subtask the simulator saw complete (judge_missed) counts as a false failure call:
-    the judge made that failure, so counting it as caught would reward every miss. Issue 5's judge measure
-    on deployed video, where the expert keeps acting until the judge confirms; None as `_deployed_trials`."""
-    trials = _deployed_trials(runs, checkpoint)
-    if trials is None:
-        return None
+def _judge_f1(trials: Sequence[tuple[int, int]]) -> float:
+    """The judge's outcome F1 (failure positive) on deployed trials: it called a trial failed when a
+    subtask reached its deadline, the simulator when a subtask failed. A trial the judge ended at a
+    subtask the simulator saw complete (judge_missed) counts as a false failure call: the judge made that
+    failure, so counting it as caught would reward every miss. Issue 5's judge measure on deployed video,
+    where the expert keeps acting until the judge confirms."""
     return failure_f1(
         [timed_out >= 0 for _, timed_out in trials],
-        [first >= 0 and not 0 <= timed_out < first for first, timed_out in trials],
+        [_ending(*trial) not in (None, "judge_missed") for trial in trials],
     )
 
 
-def _judge_agreement(runs: Sequence[dict], checkpoint: int) -> float | None:
-    """Share of a checkpoint's deployed trials where the judge's verdict (success, or the subtask that
-    reached its deadline) is the simulator's (success, or the first subtask that failed): issue 5's
-    first-failure agreement on deployed video; None as `_deployed_trials`."""
-    trials = _deployed_trials(runs, checkpoint)
-    if trials is None:
-        return None
+def _judge_agreement(trials: Sequence[tuple[int, int]]) -> float:
+    """Share of deployed trials where the judge's verdict (success, or the subtask that reached its
+    deadline) is the simulator's (success, or the first subtask that failed): issue 5's first-failure
+    agreement on deployed video."""
     return sum(first == timed_out for first, timed_out in trials) / len(trials)
 
 
@@ -184,6 +179,7 @@ def summarize(results: Sequence[dict]) -> dict:
             [float(np.mean(_outcomes(r, k, r["training"]))) for k in range(n_checkpoints)] for r in runs
         ]
         n = train.shape[0]
+        deployed = [_deployed_trials(runs, k) for k in range(n_checkpoints)]
         row = {
             "method": method,
             "letter": METHODS[method].letter,
@@ -207,9 +203,10 @@ def summarize(results: Sequence[dict]) -> dict:
             ),
             "first_failures": [_first_failures(runs, k) for k in range(n_checkpoints)],
             "round_demos": [_round_demos(runs, k) for k in range(n_checkpoints - 1)],
-            "failure_endings": [_failure_endings(runs, k) for k in range(n_checkpoints)],
-            "judge_f1": [_judge_f1(runs, k) for k in range(n_checkpoints)],
-            "judge_agreement": [_judge_agreement(runs, k) for k in range(n_checkpoints)],
+            # from each checkpoint's deployed trials; None where their timeouts were not recorded
+            "failure_endings": [None if t is None else _failure_endings(t) for t in deployed],
+            "judge_f1": [None if t is None else _judge_f1(t) for t in deployed],
+            "judge_agreement": [None if t is None else _judge_agreement(t) for t in deployed],
             "checks": _checks(runs),
         }
         if all("phase_seconds" in r for r in runs):  # runs finished before phases were timed have none

@@ -5,11 +5,11 @@ done once the judge's done score stays at or above `threshold` for `consecutive`
 set per skill); the next subtask's history starts at the following frame. A grasp (`grasp_skills`)
 also needs the gripper to say the fingers hold something for those steps: its reading in the range of
 a held cube and wider than commanded, since something keeps them open; a release (`release_skills`, the
-place) needs it to read wider than a held cube. Frames, imagined ones above
-all, can show a cube in hand that the fingers closed past (docs/benchmarks.md, session 28), and a
-reading alone passes through that range as fingers that closed on nothing open again (session 40). A
-subtask not done within its deadline (policy steps since it started) fails, and the first such subtask
-names the failing (subtask, expert) pair.
+place) needs it to read wider than a held cube. Frames, imagined ones above all, can show a cube in hand
+that the fingers closed past (docs/benchmarks.md, session 28), and a reading alone passes through that
+range as fingers that closed on nothing open again (session 40). A subtask not done within its deadline
+(policy steps since it started) fails, and the first such subtask names the failing (subtask, expert)
+pair.
 Deadlines are calibrated once, on held-out successful demos, from the judge's own completion times,
 then frozen to JSON, so imagination and deployment are held to the same clock.
 
