@@ -3,15 +3,19 @@
 Each stage is a plain function over (config, results so far). Stages whose code does not exist yet
 are listed with the work item that will bring them, and the run says plainly that they were skipped:
 the report never pretends a stage ran.
+
+The job takes hours, so it resumes: a finished stage leaves its result in `<output>/stages/`, and a
+second run into the same folder with the same settings reads it back instead of redoing the stage.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import markdown
@@ -23,8 +27,11 @@ from robocoach_bringup.stages import (
     offboard_models,
     ridi_rounds,
 )
+from robocoach_skills.checkpoint import json_bytes, jsonable, replace_file_atomically
 from robocoach_skills.constants import ROBOTS
 
+SETTINGS_FILE = "demo_settings.json"  # what the run in an output folder was started with
+STAGES_DIR = "stages"  # one <stage>.json per finished stage: its StageResult
 log = logging.getLogger("robocoach.demo")
 REPORT_CSS = (  # report.html: readable tables and side-by-side plots, no external assets
     "body{font-family:sans-serif;max-width:60em;margin:auto}table{border-collapse:collapse}"
@@ -107,6 +114,13 @@ class DemoConfig:
     def profile(self) -> Profile:
         return PROFILES["quick" if self.quick else "default"]
 
+    @property
+    def settings(self) -> dict:
+        """What a stage's outputs depend on: a run resumes only under the same settings."""
+        return {
+            "robots": list(self.robots), "quick": self.quick, "image_size": self.image_size, "seed": self.seed
+        }  # fmt: skip
+
 
 StageFn = Callable[[DemoConfig, dict], dict]
 
@@ -117,6 +131,9 @@ class Stage:
     summary: str
     run: StageFn | None = None  # None: not built yet
     missing_until: str = ""  # the work item that brings a missing stage
+    # outputs (under the run's folder) an interrupted attempt leaves half-written, removed before the
+    # stage runs again; stages that resume their own outputs (recorded stores, coach state) list none
+    fresh: tuple[str, ...] = ()
 
 
 @dataclass
@@ -133,11 +150,13 @@ STAGES: tuple[Stage, ...] = (
         "bootstrap_demos",
         "scripted operator records a small demo budget per skill on the MuJoCo scene",
         run=bootstrap_demos.run,
+        fresh=("episodes",),
     ),
     Stage(
         "bootstrap_experts",
         "train the shared backbone and one adapter per skill on the bootstrap demos; deployed success",
         run=bootstrap_experts.run,
+        fresh=("experts",),
     ),
     Stage(
         "offboard_models",
@@ -158,8 +177,10 @@ STAGES: tuple[Stage, ...] = (
 
 
 def run_demo(config: DemoConfig, stages: tuple[Stage, ...] = STAGES) -> list[StageResult]:
-    """Run every available stage in order, then write the report; a failed stage stops the run."""
-    config.output.mkdir(parents=True, exist_ok=True)
+    """Run every available stage in order, then write the report; a failed stage stops the run.
+
+    Stages an earlier run into the same folder finished are read back, not run again."""
+    _claim_output(config, stages)
     results: dict = {}
     outcomes: list[StageResult] = []
     for stage in stages:
@@ -172,7 +193,17 @@ def run_demo(config: DemoConfig, stages: tuple[Stage, ...] = STAGES) -> list[Sta
             )
             outcomes.append(StageResult(stage.name, "missing", note=stage.missing_until))
             continue
+        record = config.output / STAGES_DIR / f"{stage.name}.json"
+        if record.exists():
+            earlier = _read_record(record)
+            note = "; ".join(filter(None, ["read back: finished in an earlier run", earlier.note]))
+            outcomes.append(replace(earlier, note=note))
+            results[stage.name] = earlier.results
+            log.info("stage %-18s finished in an earlier run (%s), read back", stage.name, record)
+            continue
         log.info("stage %-18s running: %s", stage.name, stage.summary)
+        for name in stage.fresh:  # what an interrupted attempt left
+            shutil.rmtree(config.output / name, ignore_errors=True)
         start = time.perf_counter()
         try:
             results[stage.name] = stage.run(config, results)
@@ -181,9 +212,40 @@ def run_demo(config: DemoConfig, stages: tuple[Stage, ...] = STAGES) -> list[Sta
             write_report(config, outcomes)
             raise
         outcomes.append(StageResult(stage.name, "done", time.perf_counter() - start, results[stage.name]))
+        replace_file_atomically(record, json_bytes(jsonable(asdict(outcomes[-1]))))
         log.info("stage %-18s done in %.1f s", stage.name, outcomes[-1].seconds)
     write_report(config, outcomes)
     return outcomes
+
+
+def _read_record(path: Path) -> StageResult:
+    try:
+        return StageResult(**json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{path}: not a stage record ({error}); delete it to run the stage again") from error
+
+
+def _claim_output(config: DemoConfig, stages: tuple[Stage, ...]) -> None:
+    """Make config.output this run's folder: new, or holding a run with the same settings (resumed).
+
+    A folder with another run's settings, or with outputs but no settings (written before runs
+    resumed), is refused rather than mixed into: its stages would not match this run's."""
+    config.output.mkdir(parents=True, exist_ok=True)
+    path = config.output / SETTINGS_FILE
+    if path.exists():
+        earlier = json.loads(path.read_text())
+        if earlier != config.settings:
+            raise ValueError(
+                f"{config.output} holds a run with settings {earlier}, not {config.settings}: "
+                "pass another --output, or delete that folder to start over"
+            )
+        return
+    if any((config.output / name).exists() for stage in stages for name in stage.fresh):
+        raise ValueError(
+            f"{config.output} holds outputs of a run without {SETTINGS_FILE} (an older version that did "
+            "not resume): pass another --output, or delete that folder to start over"
+        )
+    replace_file_atomically(path, json_bytes(config.settings))
 
 
 def write_report(config: DemoConfig, outcomes: list[StageResult]) -> Path:
