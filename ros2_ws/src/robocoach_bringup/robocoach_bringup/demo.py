@@ -95,7 +95,7 @@ PROFILES = {
 class DemoConfig:
     """Run the main job on the embedded default (MuJoCo robot) and write a report folder."""
 
-    output: Path = Path("runs/demo")  # report folder: report.md, report.json, plots
+    output: Path = Path("runs/demo")  # report folder: report.md, report.json, plots; a rerun into it resumes
     robots: tuple[str, ...] = ROBOTS  # embodiments to run, from ROBOTS
     quick: bool = False  # the small profile: fewer demos, rollouts and rounds
     image_size: int = 64  # camera image edge [px] for every stage
