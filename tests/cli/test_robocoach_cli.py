@@ -74,3 +74,13 @@ def test_quick_demo_runs_every_stage_through_the_ros_graph(tmp_path):
         assert skill["accepted"] == bootstrap["results"]["demos_per_skill"]
     for plot in bootstrap["results"]["plots"]:
         assert (tmp_path / plot).stat().st_size > 0
+
+    # a second run into the folder reads every stage back; one with other settings is refused
+    again = robocoach("demo", "--quick", "--robots", "piper", "--output", str(tmp_path), timeout=300)
+    assert again.returncode == 0, again.stderr[-4000:]
+    reread = json.loads((tmp_path / "report.json").read_text())["stages"]
+    assert all(s["note"].startswith("read back") for s in reread)
+    same = [json.dumps([s["results"] for s in run], sort_keys=True) for run in (reread, report["stages"])]
+    assert same[0] == same[1]  # as text: NaN (an undefined correlation) is not equal to itself
+    other = robocoach("demo", "--quick", "--robots", "piper", "--seed", "1", "--output", str(tmp_path))
+    assert other.returncode != 0 and "holds a run with settings" in other.stdout + other.stderr
