@@ -13,8 +13,11 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 
-def spin_node(make_node: Callable[[], Node], args: list[str] | None = None, threads: int = 1) -> None:
+def spin_node(make_node: Callable[[], Node], args: list[str] | None = None, threads: int = 1) -> Node | None:
     """Init rclpy, build the node, spin it (multi-threaded when `threads` > 1), clean up on exit.
+
+    Returns the (destroyed) node, whose attributes a `main` may read for its exit status; None if
+    it was interrupted while being built.
 
     Nodes with action servers that run long goals need `threads` >= 2 so cancel requests and
     other callbacks are served while a goal executes.
@@ -40,3 +43,4 @@ def spin_node(make_node: Callable[[], Node], args: list[str] | None = None, thre
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    return node

@@ -15,25 +15,29 @@ The loop runs in a worker thread; its ports are ROS calls:
 - Every closed round is published as a `CoachRound`.
 
 State is persisted by `CoachState` after every step, so killing this process at any moment and
-starting it again resumes the round. With `exit_when_done` the process ends once the budget is spent.
+starting it again resumes the round. With `exit_when_done` the process ends once the budget is spent,
+or with exit status EXIT_STOPPED_EARLY when an error stops the loop first (state kept: a restart resumes).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
+import sys
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import rclpy
 import torch
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
+from rclpy.action.client import ClientGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -41,6 +45,7 @@ from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
+from unique_identifier_msgs.msg import UUID
 
 from robocoach_msgs.action import CollectDemo, ExecuteTask, Imagine
 from robocoach_msgs.msg import CoachRound, DemoRequest
@@ -82,6 +87,7 @@ STATE_FILE = "coach_state.json"
 # With exit_when_done: how long the coach waits for subscribers to acknowledge its last requests, rounds
 # and scorecard before the process ends (a message still queued then is lost, reliable QoS or not) [s]
 FLUSH_TIMEOUT_S = 5.0
+EXIT_STOPPED_EARLY = 3  # the process's exit status when an error stopped coaching (state kept)
 GOAL_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
 
@@ -331,6 +337,7 @@ class CoachNode(Node):
             f"coaching {self.robot} on {[c.name for c in compositions]}: round {self.state.round}, "
             f"{self.state.demos_spent}/{budget} demos spent, phase {self.state.phase}"
         )
+        self.stopped_early = False  # an error stopped the loop before the budget was spent
         self._worker = threading.Thread(target=self._run, daemon=True)
         self._worker.start()
 
@@ -345,6 +352,7 @@ class CoachNode(Node):
                 )
             self.get_logger().info(f"coaching finished after {self.state.round} rounds")
         except (CallFailedError, TimeoutError, ValueError) as error:
+            self.stopped_early = True
             self.get_logger().error(
                 f"coaching stopped: {error} (raised at {_where(error)}; state kept in {self.state.path}; "
                 "restart resumes)"
@@ -371,20 +379,8 @@ class CoachNode(Node):
         return await_answer(send, timeout_s, what, self.resend_after_s, self._warn)
 
     def goal_outcome(self, client: ActionClient, goal, timeout_s: float, what: str):
-        """(final status, result) of a goal; CallFailedError if it could not be sent or never ended.
-
-        A goal is sent once (a second copy would be a second goal); its result is asked for again when
-        the status topic says the goal ended and no result came within `resend_after_s`."""
-        if not client.wait_for_server(timeout_sec=30.0):
-            raise CallFailedError(f"{what}: action server is not available")
-        handle = await_answer(lambda: client.send_goal_async(goal), 30.0, what, math.inf, self._warn)
-        if not handle.accepted:
-            raise CallFailedError(f"{what}: goal not accepted (the server is busy)")
-        answer = await_answer(
-            handle.get_result_async, timeout_s, f"{what} result", self.resend_after_s, self._warn,
-            resend=lambda: handle.status in GOAL_ENDED,
-        )  # fmt: skip
-        return answer.status, answer.result
+        """(final status, result) of a goal (see `goal_outcome`)."""
+        return goal_outcome(client, goal, timeout_s, what, self.resend_after_s, self._warn)
 
     def _warn(self, text: str) -> None:
         self.get_logger().warning(text)
@@ -462,6 +458,65 @@ def await_answer(
     return next(f for f in futures if f.done()).result()
 
 
+def goal_outcome(
+    client: ActionClient,
+    goal,
+    timeout_s: float,
+    what: str,
+    resend_after_s: float,
+    warn: Callable[[str], None],
+):
+    """(final status, result) of a goal; CallFailedError if it could not be sent, was not accepted, or
+    never ended within `timeout_s`.
+
+    The goal is sent under one goal id (see `send_goal`: a copy never becomes a second goal); its
+    result is asked for again when the status topic says the goal ended and no result came within
+    `resend_after_s`."""
+    if not client.wait_for_server(timeout_sec=30.0):
+        raise CallFailedError(f"{what}: action server is not available")
+    handle = send_goal(client, goal, 30.0, what, resend_after_s, warn)
+    busy = CallFailedError(f"{what}: goal not accepted (the server is busy)")
+    if not handle.accepted:
+        raise busy
+    answer = await_answer(
+        handle.get_result_async, timeout_s, f"{what} result", resend_after_s, warn,
+        resend=lambda: handle.status in GOAL_ENDED,
+    )  # fmt: skip
+    if answer.status == GoalStatus.STATUS_UNKNOWN:  # the server holds no goal of that id
+        raise busy
+    return answer.status, answer.result
+
+
+def send_goal(
+    client: ActionClient,
+    goal,
+    timeout_s: float,
+    what: str,
+    resend_after_s: float,
+    warn: Callable[[str], None],
+) -> ClientGoalHandle:
+    """The handle of `goal` sent to `client`'s server; CallFailedError if no answer comes in `timeout_s`.
+
+    A SendGoal response is lost like any other (see `await_answer`), so the goal is sent again, always
+    under the same goal id: a server that never got it accepts the copy, and one already running it
+    rejects the copy (a goal id is accepted once), so no goal ever runs twice. A copy's rejection
+    thus does not say whether the goal runs; the returned handle then counts it as accepted, and the
+    result request settles it (a server holding no goal of that id answers STATUS_UNKNOWN at once).
+    """
+    goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+    copies = 0
+
+    def send() -> Future:
+        nonlocal copies
+        copies += 1
+        return client.send_goal_async(goal, goal_uuid=goal_id)
+
+    handle = await_answer(send, timeout_s, what, resend_after_s, warn)
+    if handle.accepted or copies == 1:
+        return handle
+    return ClientGoalHandle(client, goal_id, SimpleNamespace(accepted=True, stamp=handle.stamp))
+
+
 def _where(error: BaseException, frames: int = 3) -> str:
     """The innermost frames an exception passed through, as "file:line in function" (one line for the log).
 
@@ -481,7 +536,9 @@ def _where(error: BaseException, frames: int = 3) -> str:
 def main(args: list[str] | None = None) -> None:
     # the loop's own log lines (what was imagined, requested, retrained) go to the node's output too
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
-    spin_node(CoachNode, args, threads=4)
+    node = spin_node(CoachNode, args, threads=4)
+    if node is not None and node.stopped_early:  # with exit_when_done, tell the launcher it did not finish
+        sys.exit(EXIT_STOPPED_EARLY)
 
 
 if __name__ == "__main__":
