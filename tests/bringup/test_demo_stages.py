@@ -80,3 +80,6 @@ def test_a_folder_of_another_run_is_refused_not_mixed_into(tmp_path):
     (tmp_path / "stages" / "bootstrap_demos.json").write_text("{")  # a record a person broke by hand
     with pytest.raises(ValueError, match="not a stage record"):
         run_demo(DemoConfig(output=tmp_path, robots=("franka",)), _stages_into([]))
+    (tmp_path / "demo_settings.json").write_text("{'seed'")  # and a settings file
+    with pytest.raises(ValueError, match=r"demo_settings\.json: not a settings file"):
+        run_demo(DemoConfig(output=tmp_path, robots=("franka",)), _stages_into([]))

@@ -233,7 +233,13 @@ def _claim_output(config: DemoConfig, stages: tuple[Stage, ...]) -> None:
     config.output.mkdir(parents=True, exist_ok=True)
     path = config.output / SETTINGS_FILE
     if path.exists():
-        earlier = json.loads(path.read_text())
+        try:
+            earlier = json.loads(path.read_text())
+        except json.JSONDecodeError as error:  # only ever written atomically: broken by hand
+            raise ValueError(
+                f"{path}: not a settings file ({error}); pass another --output, or delete that folder "
+                "to start over"
+            ) from error
         if earlier != config.settings:
             raise ValueError(
                 f"{config.output} holds a run with settings {earlier}, not {config.settings}: "
