@@ -43,7 +43,7 @@ from robocoach_skills.tasks import get_composition
 from robocoach_world.coach.improve import ROUND_METRIC
 from robocoach_world.coach.scorecard import SCORECARD_JSON
 from robocoach_world.coach.state import ROUND_DIR
-from robocoach_world.nodes.coach import STATE_FILE
+from robocoach_world.nodes.coach import EXIT_STOPPED_EARLY, STATE_FILE
 from ros_harness import call_service, spin_until
 
 pytestmark = pytest.mark.ros
@@ -284,6 +284,25 @@ def test_graph_spends_the_budget_and_updates_the_adapters(ros_probe, graph):
     _wait_for_exit(ros_probe, graph, coach)
     _check_budget_spent_once(ros_probe, graph)
     assert "coaching finished after 2 rounds" in coach.log()
+
+
+def test_a_coach_stopped_by_an_error_says_so_in_its_exit_status_and_keeps_its_state(
+    ros_probe, offboard, tmp_path
+):
+    # alone, with no sim robot to reset the scene or publish the camera: the first round cannot start
+    shutil.copytree(offboard, tmp_path / "run")
+    overrides = {"coach": {**COACH, "reset_scene": False}}
+    specs = describe_graph(
+        GraphConfig(robot=ROBOT, backend="sim", run_dir=tmp_path / "run", overrides=overrides)
+    )
+    spec = next(s for s in specs if s.name == "coach")
+    with running_nodes([spec], tmp_path / "logs", ros_probe.get_node_names) as nodes:
+        coach = nodes["coach"]
+        coach.process.wait(timeout=COACH_TIMEOUT_S)
+        assert coach.process.returncode == EXIT_STOPPED_EARLY, coach.log()[-3000:]
+        assert "coaching stopped: no camera frame and joint state within 10.0 s" in coach.log()
+    state = json.loads((Path(spec.parameters["state_dir"]) / STATE_FILE).read_text())
+    assert (state["round"], state["phase"], state["demos_spent"]) == (0, "imagine", 0)
 
 
 @pytest.mark.slow
