@@ -286,6 +286,7 @@ def test_graph_spends_the_budget_and_updates_the_adapters(ros_probe, graph):
     assert "coaching finished after 2 rounds" in coach.log()
 
 
+@pytest.mark.slow
 def test_a_coach_stopped_by_an_error_says_so_in_its_exit_status_and_keeps_its_state(
     ros_probe, offboard, tmp_path
 ):
